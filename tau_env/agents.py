@@ -1,0 +1,108 @@
+"""Policies for the agent seat: an oracle that performs the reference actions, a random fuzzer,
+and a do-nothing baseline. Each is a callable ``obs -> action`` with ``reset(task, seed)``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from tau_env.messages import Message, assistant_message, say, tool_call
+from tau_env.tasks import Task
+
+
+class OracleAgent:
+    """Performs the task's reference actions A* in order, one tool call per step.
+
+    When the next reference action is the user's, it asks the user to perform it (naming the
+    tool and its arguments) and waits for the user's reply. When A* is exhausted it reports
+    completion. With the scripted user it reaches reward 1.0 on every valid task.
+    """
+
+    done_text = "Everything you asked for is done. Is there anything else I can help with?"
+
+    def __init__(self) -> None:
+        self.reset(None)
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        self._actions = list(task.actions) if task is not None else []
+        self._i = 0
+        self._asked = False
+        self._n = 0
+
+    def __call__(self, obs: dict[str, Any]) -> Message:
+        self._n += 1
+        while self._i < len(self._actions):
+            a = self._actions[self._i]
+            if a.requestor == "agent":
+                self._i += 1
+                return assistant_message(None, [tool_call(a.name, a.arguments, id=f"oracle_{self._n}")])
+            if not self._asked:
+                self._asked = True
+                return say(f"Please use {a.name} in your app now with these details: "
+                           f"{json.dumps(a.arguments, ensure_ascii=False)}. Tell me when it is done.")
+            self._asked = False  # the user has replied: its action is done
+            self._i += 1
+        return say(self.done_text)
+
+
+class NoopAgent:
+    """Never calls a tool; politely declines. A do-nothing baseline that must score 0 on every task needing a write."""
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        pass
+
+    def __call__(self, obs: dict[str, Any]) -> Message:
+        return say("I'm sorry, I can't help with that today.")
+
+
+class RandomAgent:
+    """A fuzzer: random text, random calls to active and invented tools, with well-formed,
+    ill-typed, missing, extra, huge and hostile arguments. Seeded by ``reset(seed=...)``."""
+
+    HOSTILE = ["'; DROP TABLE accounts; --", "(a+)+$", ".*" * 50, "\x00", "ünïcødé ✓ 名前", "%s%s%n", "{}", "null",
+               "1e309", "-1", "0", "9" * 40, "\\", '"', "A" * 10_000]
+
+    def __init__(self, seed: int = 0, p_text: float = 0.2):
+        self.p_text = p_text
+        self.reset(None, seed)
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def _value(self, schema: dict[str, Any]) -> Any:
+        r = self.rng
+        choice = int(r.integers(0, 10))
+        if choice == 0:
+            return self.HOSTILE[int(r.integers(len(self.HOSTILE)))]
+        if choice == 1:
+            return [None, True, 3.5, -7, {"x": 1}, [1, 2]][int(r.integers(6))]
+        t = schema.get("type")
+        if "enum" in schema:
+            return schema["enum"][int(r.integers(len(schema["enum"])))]
+        if t == "integer":
+            return int(r.integers(-10, 10**6))
+        if t == "number":
+            return float(r.normal(0, 1000))
+        if t == "boolean":
+            return bool(r.integers(2))
+        if t == "array":
+            return [self._value(schema.get("items", {})) for _ in range(int(r.integers(0, 3)))]
+        return "".join(chr(int(c)) for c in r.integers(32, 0x2FF, size=int(r.integers(0, 20))))
+
+    def __call__(self, obs: dict[str, Any]) -> Message:
+        r = self.rng
+        tools = obs.get("tools") or []
+        if r.random() < self.p_text or not tools:
+            return say("".join(chr(int(c)) for c in r.integers(32, 127, size=int(r.integers(0, 40)))))
+        fn = tools[int(r.integers(len(tools)))]["function"]
+        props = fn["parameters"].get("properties", {})
+        args = {k: self._value(v) for k, v in props.items() if r.random() < 0.85}
+        if r.random() < 0.1:
+            args["unexpected_" + str(int(r.integers(100)))] = 1
+        name = fn["name"] if r.random() < 0.9 else ["no_such_tool", fn["name"].upper(), ""][int(r.integers(3))]
+        raw: Any = json.dumps(args, ensure_ascii=False)
+        if r.random() < 0.05:
+            raw = raw[: max(0, len(raw) - 3)]  # truncated JSON
+        return assistant_message(None, [tool_call(name, raw, id=f"rnd_{int(r.integers(10**9))}")])

@@ -1,0 +1,119 @@
+"""Checks for domain authors: run them on your own domain before training on it.
+
+``check_task`` verifies one task; ``check_domain`` verifies the domain and all its tasks:
+
+- every reference action names a tool that exists on the requestor's side, and every required
+  document exists;
+- the reference replay runs without a tool error;
+- it changes the database, unless the task says it should not (``expect_no_change``), in
+  which case it must not;
+- two replays give the same outputs and the same state;
+- an episode-ending tool (a transfer) comes last;
+- optionally, the oracle agent with the scripted user reaches reward 1 through the env;
+- every discoverable or hand-over tool is named in at least one document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tau_env.error import CheckError
+
+if TYPE_CHECKING:
+    from tau_env.domain import Domain
+    from tau_env.tasks import Task
+
+
+def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
+    """Every contract ``task`` breaks, as readable sentences (empty when it passes)."""
+    problems: list[str] = []
+    box = domain.toolbox("all")
+    for i, a in enumerate(task.actions):
+        t = box.tools.get(a.name)
+        if t is None:
+            problems.append(f"action {i}: no tool named {a.name!r}.")
+        elif t.side != a.requestor:
+            problems.append(f"action {i}: {a.name!r} is a {t.side} tool but the requestor is {a.requestor!r}.")
+        elif t.ends_episode and i != len(task.actions) - 1:
+            problems.append(f"action {i}: {a.name!r} ends the episode, so it must be the last action.")
+    for doc in task.required_documents:
+        if domain.kb.get(doc) is None:
+            problems.append(f"required document {doc!r} does not exist.")
+    if problems:
+        return problems
+    from tau_env.db import EpisodeDB
+
+    db1, steps1 = domain.replay(task)
+    for i, s in enumerate(steps1):
+        if s.error:
+            problems.append(f"action {i} ({s.name}) failed in the reference replay: {s.output[:300]}")
+    init = EpisodeDB(domain.schema, domain.image(task))
+    changed = db1.digest() != init.digest()
+    init.close()
+    if task.expect_no_change and changed:
+        problems.append("expect_no_change is set but the reference actions change the database.")
+    if not task.expect_no_change and not changed:
+        problems.append("the reference actions leave the database unchanged; set expect_no_change if that is the point.")
+    db2, steps2 = domain.replay(task)
+    if [(s.output, s.error) for s in steps1] != [(s.output, s.error) for s in steps2] or db1.digest() != db2.digest():
+        problems.append("two replays of the reference actions differ: a tool is not deterministic.")
+    db1.close()
+    db2.close()
+    if play and not problems:
+        problems += _play_problems(domain, task)
+    return problems
+
+
+def _play_problems(domain: Domain, task: Task) -> list[str]:
+    from tau_env.agents import OracleAgent
+    from tau_env.env import TauEnv
+    from tau_env.harness import run_episode
+    from tau_env.users import ScriptedUser
+
+    env = TauEnv(domain, max_steps=max(domain.max_steps, 4 * len(task.actions) + 20))
+    r = run_episode(env, OracleAgent(), ScriptedUser(), task.id)
+    env.close()
+    if r.reward != 1.0:
+        return [f"the oracle agent with the scripted user scored {r.reward} (ended by {r.termination_reason}); "
+                f"differing tables: {r.grade.get('differing_tables')}."]
+    return []
+
+
+def check_task(domain: Domain, task: Task | str, play: bool = True) -> None:
+    """Raise :class:`CheckError` listing every contract ``task`` breaks."""
+    t = domain.task(task) if isinstance(task, str) else task
+    problems = task_problems(domain, t, play)
+    if problems:
+        raise CheckError(f"Task {t.id!r} of domain {domain.name!r} fails its checks:\n- " + "\n- ".join(problems))
+
+
+def domain_problems(domain: Domain, task_ids: Sequence[str] | None = None, play: bool = True) -> dict[str, list[str]]:
+    """Problems by task id (``"<domain>"`` for domain-level ones); only failing entries appear."""
+    out: dict[str, list[str]] = {}
+    texts = "\n".join(d.text for d in domain.documents)
+    dom = []
+    for t in domain.toolbox("all").tools.values():
+        if (t.discoverable or t.handover) and t.name not in texts:
+            dom.append(f"{'discoverable' if t.discoverable else 'hand-over'} tool {t.name!r} is not named in any "
+                       "document, so an agent cannot find it.")
+    if not domain.tasks:
+        dom.append("the domain has no tasks.")
+    if dom:
+        out["<domain>"] = dom
+    for task in (domain.task(i) for i in task_ids) if task_ids else domain.tasks:
+        p = task_problems(domain, task, play)
+        if p:
+            out[task.id] = p
+    return out
+
+
+def check_domain(domain: Domain, task_ids: Sequence[str] | None = None, play: bool = True) -> None:
+    """Raise :class:`CheckError` listing every problem of the domain and its tasks."""
+    problems = domain_problems(domain, task_ids, play)
+    if problems:
+        lines = [f"Domain {domain.name!r} fails its checks ({len(problems)} entries):"]
+        for key, ps in problems.items():
+            lines.append(f"{key}:")
+            lines += [f"  - {p}" for p in ps]
+        raise CheckError("\n".join(lines))

@@ -1,0 +1,161 @@
+"""The ``tau-env`` command: list, check, eval, show."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+AGENTS = ("oracle", "noop", "random")
+USERS = ("scripted",)
+
+
+def _agent(name: str) -> Any:
+    from tau_env.agents import NoopAgent, OracleAgent, RandomAgent
+
+    return {"oracle": OracleAgent, "noop": NoopAgent, "random": RandomAgent}[name]
+
+
+def _domain_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"data_dir": args.data_dir} if getattr(args, "data_dir", None) else {}
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from tau_env.registry import registry
+
+    width = max(len(i) for i in registry.ids())
+    for env_id in registry.ids():
+        print(f"{env_id:<{width}}  {registry.spec(env_id).description}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from tau_env.checker import domain_problems
+    from tau_env.registry import registry
+
+    domain = registry.load_domain(args.domain, **_domain_kwargs(args))
+    started = time.perf_counter()
+    problems = domain_problems(domain, args.task or None, play=not args.no_play)
+    n = len(args.task) if args.task else len(domain.tasks)
+    if not problems:
+        print(f"{args.domain}: {n} tasks and {len(domain.documents)} documents pass every check "
+              f"({time.perf_counter() - started:.1f} s).")
+        return 0
+    for key, ps in problems.items():
+        print(f"{key}:")
+        for p in ps:
+            print(f"  - {p}")
+    print(f"{args.domain}: {len(problems)} of {n} entries fail.", file=sys.stderr)
+    return 1
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from tau_env.harness import evaluate, format_metrics
+
+    out = args.out or Path("runs") / f"{args.domain}-{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
+    make_kwargs: dict[str, Any] = {**_domain_kwargs(args)}
+    if args.max_steps:
+        make_kwargs["max_steps"] = args.max_steps
+    if args.retrieval:
+        make_kwargs["retrieval"] = args.retrieval
+    run = evaluate(args.domain, _agent(args.agent), _user(args.user), task_ids=args.task or None,
+                   trials=args.trials, seed=args.seed, out_dir=out, progress=not args.quiet,
+                   config={"agent": args.agent, "user": args.user}, **make_kwargs)
+    print(format_metrics(run.metrics, f"{args.domain} | agent {args.agent} | user {args.user}"))
+    print(f"results: {run.out_dir}")
+    return 0
+
+
+def _user(name: str) -> Any:
+    from tau_env.users import ScriptedUser
+
+    return {"scripted": ScriptedUser}[name]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from tau_env.show import format_episode
+
+    path = Path(args.path)
+    if path.is_dir():
+        path = path / "trajectories.jsonl"
+    if not path.is_file():
+        print(f"No trajectory file at {path}; pass a results folder or a trajectories.jsonl.", file=sys.stderr)
+        return 2
+    shown = 0
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                print(f"(line {n + 1} is not valid JSON; skipped)", file=sys.stderr)
+                continue
+            if args.task and rec.get("task_id") not in args.task:
+                continue
+            if args.failed and rec.get("reward", 0) >= 1:
+                continue
+            print(format_episode(rec, limit=args.width))
+            print()
+            shown += 1
+            if args.limit and shown >= args.limit:
+                break
+    if not shown:
+        print("No episode matched.", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tau-env", description="Evaluate and check tau_env domains.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="list registered environments")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("check", help="check a domain's tasks (replay, determinism, oracle play)")
+    s.add_argument("domain", help="environment id, e.g. harbor-bank-v0")
+    s.add_argument("--task", action="append", help="check only this task (repeatable)")
+    s.add_argument("--no-play", action="store_true", help="skip the oracle-vs-scripted-user episode")
+    s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
+    s.set_defaults(fn=cmd_check)
+
+    s = sub.add_parser("eval", help="evaluate policies on a domain")
+    s.add_argument("domain", nargs="?", default="harbor-bank-v0", help="environment id (default: harbor-bank-v0)")
+    s.add_argument("--agent", choices=AGENTS, default="oracle", help="built-in agent policy (default: oracle)")
+    s.add_argument("--user", choices=USERS, default="scripted", help="built-in user policy (default: scripted)")
+    s.add_argument("--trials", type=int, default=1, help="trials per task (default: 1)")
+    s.add_argument("--task", action="append", help="run only this task (repeatable)")
+    s.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
+    s.add_argument("--max-steps", type=int, help="step budget per episode")
+    s.add_argument("--retrieval", help="knowledge-tool configuration, e.g. bm25, grep, bm25+grep, none")
+    s.add_argument("--out", type=Path, help="results folder (default: runs/<domain>-<agent>-<time>)")
+    s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("show", help="print trajectories readably")
+    s.add_argument("path", help="a results folder or a trajectories.jsonl file")
+    s.add_argument("--task", action="append", help="only this task (repeatable)")
+    s.add_argument("--failed", action="store_true", help="only episodes with reward < 1")
+    s.add_argument("--limit", type=int, help="at most this many episodes")
+    s.add_argument("--width", type=int, default=600, help="truncate long texts to this many characters")
+    s.set_defaults(fn=cmd_show)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tau_env.error import Error
+
+    try:
+        return args.fn(args)
+    except Error as e:
+        print(f"tau-env: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

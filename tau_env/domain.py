@@ -1,0 +1,169 @@
+"""A Domain: schema + seed data + tools + knowledge + policy + tasks.
+
+Building a domain is cheap; the per-task initial images and grading targets are computed on
+first use and cached on the Domain, which every env of that domain shares.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tau_env.db import EpisodeDB, Patch, Schema, build_image
+from tau_env.error import DomainError, UnknownTaskError, did_you_mean
+from tau_env.knowledge import Document, KnowledgeBase, load_documents
+from tau_env.knowledge.tools import RETRIEVAL_CONFIGS, knowledge_tools
+from tau_env.tasks import Task, load_tasks
+from tau_env.tools import Tool, Toolbox, ToolContext, ToolResult
+
+DEFAULT_GREETING = "Hi! How can I help you today?"
+
+
+@dataclass
+class ReplayStep:
+    """One replayed reference action and what it returned."""
+
+    name: str
+    requestor: str
+    output: str
+    error: bool
+
+
+@dataclass
+class Domain:
+    """Everything that defines a domain.
+
+    Attributes:
+        name: Short name, e.g. ``"harbor-bank"``.
+        schema: Tables of the database (SQL DDL).
+        seed: Initial rows ``{table: [row]}`` shared by every task.
+        tools: Domain tools of both seats (``@tool`` functions).
+        documents: The knowledge base.
+        policy: The agent's system prompt (``{retrieval_instructions}`` is filled per configuration).
+        tasks: The tasks.
+        clock: "Now" for tools, unless a task sets its own.
+        greeting: The agent's fixed first message, or None to let the user speak first.
+        retrieval: Default retrieval configuration (see ``RETRIEVAL_CONFIGS``).
+        user_guidelines: How a simulated user should behave; prepended to its scenario.
+    """
+
+    name: str
+    schema: Schema
+    seed: Patch
+    tools: Sequence[Tool]
+    documents: Sequence[Document]
+    policy: str
+    tasks: Sequence[Task]
+    clock: datetime = datetime(2025, 6, 2, 9, 30)
+    greeting: str | None = DEFAULT_GREETING
+    retrieval: str = "bm25"
+    user_guidelines: str = ""
+    max_steps: int = 100
+    _images: dict[str, bytes] = field(default_factory=dict, repr=False)
+    _toolboxes: dict[str, Toolbox] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.kb = KnowledgeBase(self.documents)
+        self.task_index = {t.id: t for t in self.tasks}
+        if len(self.task_index) != len(self.tasks):
+            raise DomainError(f"Domain {self.name!r}: task ids are not unique.")
+        self._seed_image = build_image(self.schema, self.seed)
+        from tau_env.grading import Grader
+
+        self.grader = Grader(self)
+
+    # --- tasks and state ---------------------------------------------------------------
+    def task(self, task_id: str) -> Task:
+        try:
+            return self.task_index[task_id]
+        except KeyError:
+            raise UnknownTaskError(
+                f"Domain {self.name!r} has no task {task_id!r} ({len(self.tasks)} tasks)."
+                + did_you_mean(task_id, self.task_index)
+            ) from None
+
+    def image(self, task: Task | None) -> bytes:
+        """The serialized initial state s0 of ``task`` (seed data plus the task's patch)."""
+        if task is None or not task.initial_state:
+            return self._seed_image
+        img = self._images.get(task.id)
+        if img is None:
+            img = self._images[task.id] = build_image(self.schema, self.seed, task.initial_state)
+        return img
+
+    def clock_for(self, task: Task | None) -> datetime:
+        return datetime.fromisoformat(task.clock) if task is not None and task.clock else self.clock
+
+    def toolbox(self, retrieval: str | None = None) -> Toolbox:
+        """Domain tools plus the knowledge tools of ``retrieval`` (cached)."""
+        key = retrieval or self.retrieval
+        box = self._toolboxes.get(key)
+        if box is None:
+            box = self._toolboxes[key] = Toolbox([*self.tools, *knowledge_tools(key)])
+        return box
+
+    def context(self, db: EpisodeDB, task: Task | None, toolbox: Toolbox) -> ToolContext:
+        return ToolContext(conn=db.conn, now=self.clock_for(task), task_id=task.id if task else None, kb=self.kb,
+                           active=toolbox.initial_active(), toolbox=toolbox)
+
+    def system_prompt(self, retrieval: str | None = None) -> str:
+        key = retrieval or self.retrieval
+        if key not in RETRIEVAL_CONFIGS:
+            knowledge_tools(key)  # raises with the list of configurations
+        hints = {
+            "none": "You have no access to the policy documents; rely on this policy alone.",
+            "grep": "Use grep_documents to find the policy documents' rules before acting.",
+        }
+        text = hints.get(key, "Search the policy documents for the rules that apply before acting; "
+                              "they also name the specialised tools you can unlock.")
+        return self.policy.replace("{retrieval_instructions}", text)
+
+    # --- replay ------------------------------------------------------------------------
+    def replay(self, task: Task, strict: bool = False) -> tuple[EpisodeDB, list[ReplayStep]]:
+        """Replay the task's reference actions on s0; returns the final database and each output."""
+        db = EpisodeDB(self.schema, self.image(task))
+        box = self.toolbox("all")
+        ctx = self.context(db, task, box)
+        steps = []
+        for a in task.actions:
+            res: ToolResult = box.call(ctx, a.requestor, a.name, dict(a.arguments), strict=strict)
+            steps.append(ReplayStep(a.name, a.requestor, res.content, res.error))
+        return db, steps
+
+
+def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -> Domain:
+    """Load a domain laid out as a folder (the shipped bank is the worked example)::
+
+        domain.json     {"name", "clock", "greeting", "retrieval", "max_steps"}
+        schema.sql      the tables
+        seed.json       {table: [rows]}
+        policy.md       the agent's system prompt
+        user_guidelines.md (optional)
+        documents/      *.md or *.json documents
+        tasks.json      the tasks (or tasks.jsonl)
+    """
+    root = Path(path)
+    meta = json.loads((root / "domain.json").read_text(encoding="utf-8"))
+    tasks_file = root / "tasks.json" if (root / "tasks.json").exists() else root / "tasks.jsonl"
+    guidelines = root / "user_guidelines.md"
+    kwargs: dict[str, Any] = dict(
+        name=meta["name"],
+        schema=Schema.from_ddl((root / "schema.sql").read_text(encoding="utf-8")),
+        seed=json.loads((root / "seed.json").read_text(encoding="utf-8")),
+        tools=list(tools),
+        documents=load_documents(root / "documents"),
+        policy=(root / "policy.md").read_text(encoding="utf-8"),
+        tasks=load_tasks(tasks_file),
+        user_guidelines=guidelines.read_text(encoding="utf-8") if guidelines.exists() else "",
+    )
+    for key in ("greeting", "retrieval", "max_steps"):
+        if key in meta:
+            kwargs[key] = meta[key]
+    if "clock" in meta:
+        kwargs["clock"] = datetime.fromisoformat(meta["clock"])
+    kwargs.update(overrides)
+    return Domain(**kwargs)

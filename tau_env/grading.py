@@ -1,0 +1,90 @@
+"""Exact-match grading: reward 1 iff the final database equals Exec(s0, A*).
+
+The target of each task (its state after replaying the reference actions on s0) is computed
+once and cached as per-table digests. Grading a live episode re-hashes only the tables that
+the episode's writes touched; every other table still equals s0, so its digest is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tau_env.db import EpisodeDB, diff_rows
+
+if TYPE_CHECKING:
+    from tau_env.domain import Domain
+    from tau_env.tasks import Task
+
+
+@dataclass(frozen=True)
+class Target:
+    """A task's cached expected state."""
+
+    image: bytes
+    digests: dict[str, str]
+    initial_digests: dict[str, str]
+    changed_tables: frozenset[str]
+
+
+@dataclass
+class Grade:
+    """The result of grading: ``reward`` and, on failure, which rows and fields differ."""
+
+    reward: float
+    db_match: bool
+    differing_tables: list[str] = field(default_factory=list)
+    diff: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reward": self.reward, "db_match": self.db_match, "differing_tables": self.differing_tables,
+                "diff": self.diff}
+
+
+class Grader:
+    """Grades episodes of one domain against cached targets."""
+
+    def __init__(self, domain: Domain):
+        self.domain = domain
+        self._targets: dict[str, Target] = {}
+
+    def target(self, task: Task) -> Target:
+        t = self._targets.get(task.id)
+        if t is None:
+            init = EpisodeDB(self.domain.schema, self.domain.image(task))
+            init_digests = init.table_digests()
+            init.close()
+            db, _ = self.domain.replay(task)
+            digests = {name: (db.table_digest(name) if name in db.dirty_tables() else init_digests[name])
+                       for name in self.domain.schema.tables}
+            changed = frozenset(n for n in digests if digests[n] != init_digests[n])
+            t = Target(db.snapshot(), digests, init_digests, changed)
+            db.close()
+            self._targets[task.id] = t
+        return t
+
+    def differing_tables(self, db: EpisodeDB, task: Task) -> list[str]:
+        target = self.target(task)
+        dirty = db.dirty_tables()
+        out = []
+        for name in self.domain.schema.tables:
+            if name in dirty:
+                if db.table_digest(name) != target.digests[name]:
+                    out.append(name)
+            elif name in target.changed_tables:
+                out.append(name)  # untouched, but the task needed it changed
+        return out
+
+    def grade(self, db: EpisodeDB, task: Task, explain: bool = True) -> Grade:
+        """Compare ``db`` with the task's target; ``explain`` adds a row/field diff on failure."""
+        differing = self.differing_tables(db, task)
+        if not differing:
+            return Grade(1.0, True)
+        diff = {}
+        if explain:
+            expected = EpisodeDB(self.domain.schema, self.target(task).image)
+            for name in differing:
+                info = self.domain.schema.tables[name]
+                diff[name] = diff_rows(info, db.rows(name), expected.rows(name))
+            expected.close()
+        return Grade(0.0, False, differing, diff)
