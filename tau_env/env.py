@@ -271,6 +271,7 @@ class TauEnv(AECEnv):
         s = copy.deepcopy(snap.state)
         self._start(self.domain.task(s["task_id"]))
         self._db.restore(snap.image)
+        self._ctx.conn = self._db.conn  # restore opens a new connection
         self._ctx.active, self._ctx.state = s["active"], s["tool_state"]
         self._steps, self._views, self.trajectory = s["steps"], s["views"], s["trajectory"]
         self.agents, self.rewards, self._cumulative_rewards = s["agents"], s["rewards"], s["cum"]

@@ -121,11 +121,11 @@ def normalize_action(action: Any) -> Message:
             f"Expected role 'assistant' (both seats act as the assistant of their own chat), got {role!r}."
         )
     content = _content_text(action.get("content"))
-    tool_calls = action.get("tool_calls") or None
+    tool_calls = action.get("tool_calls")
     out: Message = {"role": "assistant", "content": content}
-    if tool_calls is not None:
-        if not isinstance(tool_calls, list):
-            raise InvalidActionError(f"Expected 'tool_calls' to be a list, got {type(tool_calls).__name__}.")
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise InvalidActionError(f"Expected 'tool_calls' to be a list, got {type(tool_calls).__name__}.")
+    if tool_calls:
         calls = []
         for i, tc in enumerate(tool_calls):
             if not isinstance(tc, dict) and hasattr(tc, "model_dump"):

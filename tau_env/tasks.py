@@ -74,7 +74,7 @@ def load_tasks(path: str | Path) -> list[Task]:
     text = p.read_text(encoding="utf-8")
     if p.suffix == ".jsonl":
         tasks = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): \x85 and \u2028 are data
             if line.strip():
                 try:
                     obj = json.loads(line)

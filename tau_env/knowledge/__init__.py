@@ -1,8 +1,9 @@
 """Knowledge: documents, BM25 / embedding / hybrid search, and a grep that cannot hang.
 
-BM25 uses ``bm25s`` (chosen by ``benchmarks/bm25_libraries.py``: same ranking as rank-bm25's
-Okapi within float precision, several times faster per query). Ties are broken by document
-order, so results are deterministic. Embedding search needs the ``embed`` extra.
+BM25 uses ``bm25s`` with Lucene's idf (never negative, so a word found in every document still
+counts), chosen by ``benchmarks/bm25_libraries.py``: the same ranking as rank-bm25 on our
+corpora, several times faster per query. Ties are broken by document order, so results are
+deterministic. Embedding search needs the ``embed`` extra.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class BM25Index:
     """BM25 (Okapi) over a list of token lists, with deterministic top-k."""
 
     def __init__(self, corpus_tokens: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75,
-                 method: str = "robertson"):
+                 method: str = "lucene"):
         import bm25s  # light: numpy only; imported here so `import tau_env` stays fast
 
         self.n = len(corpus_tokens)

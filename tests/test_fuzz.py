@@ -1,0 +1,141 @@
+"""Property tests: LLM-style garbage never crashes an episode or corrupts its state.
+
+For every action: no exception escapes except InvalidActionError for non-messages; a call that
+fails leaves the database digest unchanged; a read tool never changes it.
+"""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tau_env
+from tau_env import RandomAgent, ScriptedUser, run_episode
+from tau_env.error import InvalidActionError
+
+HOSTILE = ["'; DROP TABLE accounts; --", "\" OR 1=1 --", "(a+)+$", "[[[", "\\", "%s%n", "\x00", "ünïcødé ✓ 名前 🙂",
+           "\u202e", "A" * 20_000, "", " ", "null", "NaN", "1e400", "-0", "CHK-", "C-1001' --"]
+
+env = tau_env.make("harbor-bank-v0", max_steps=10_000)
+env.reset(seed=0)
+IDS = [r[0] for t, col in (("customers", "customer_id"), ("accounts", "account_id"), ("cards", "card_id"),
+                           ("transactions", "txn_id")) for r in env.db.conn.execute(f"SELECT {col} FROM {t} LIMIT 8")]
+TOOLS = {t.name: t for t in env.toolbox.tools.values()}
+AGENT_TOOLS = sorted(n for n, t in TOOLS.items() if t.side == "agent")
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=False),
+                         st.text(max_size=40), st.sampled_from(HOSTILE + IDS))
+json_values = st.recursive(json_scalars, lambda c: st.one_of(st.lists(c, max_size=3),
+                                                              st.dictionaries(st.text(max_size=8), c, max_size=3)),
+                           max_leaves=6)
+
+
+@st.composite
+def tool_args(draw, name):
+    t = TOOLS.get(name)
+    props = t.parameters["properties"] if t else {}
+    args = {}
+    for p, schema in props.items():
+        if draw(st.integers(0, 9)) == 0:
+            continue  # missing argument
+        if "enum" in schema and draw(st.booleans()):
+            args[p] = draw(st.sampled_from(schema["enum"]))
+        elif schema.get("type") == "integer" and draw(st.booleans()):
+            args[p] = draw(st.integers(-5, 10**6))
+        elif draw(st.booleans()):
+            args[p] = draw(st.sampled_from(IDS + HOSTILE))
+        else:
+            args[p] = draw(json_values)
+    if draw(st.integers(0, 9)) == 0:
+        args[draw(st.text(min_size=1, max_size=10))] = draw(json_values)  # extra argument
+    return args
+
+
+@st.composite
+def actions(draw):
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        return draw(st.text(max_size=200))  # plain text is a message
+    if kind == 1:
+        return {"role": "assistant", "content": draw(st.sampled_from(HOSTILE))}
+    name = draw(st.one_of(st.sampled_from(AGENT_TOOLS + ["unlock_tool"] * 3), st.text(max_size=20),
+                          st.sampled_from(["", "approve_wire_in_app", "DROP TABLE", "get_customer "])))
+    raw = draw(st.one_of(
+        tool_args(name).map(lambda a: json.dumps(a, ensure_ascii=False)),
+        tool_args(name),  # a dict instead of a JSON string
+        st.sampled_from(["{", "[1,2]", "null", "\"x\"", "{\"a\":}", "", "{}" * 3]),
+    ))
+    if name == "unlock_tool" and draw(st.booleans()):
+        raw = json.dumps({"tool_name": draw(st.sampled_from([n for n, t in TOOLS.items() if t.discoverable]))})
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "f", "type": "function", "function": {"name": name, "arguments": raw}}]}
+
+
+not_messages = st.one_of(st.integers(), st.none(), st.lists(st.integers(), max_size=2),
+                         st.fixed_dictionaries({"role": st.sampled_from(["user", "tool", "system"])}),
+                         st.fixed_dictionaries({"role": st.just("assistant"), "tool_calls": st.integers()}))
+
+
+def _verify_someone(e):
+    row = e.db.conn.execute("SELECT customer_id, date_of_birth, substr(phone, -4) FROM customers").fetchone()
+    e.toolbox.call(e._ctx, "agent", "verify_identity",
+                   {"customer_id": row[0], "date_of_birth": row[1], "phone_last4": row[2]})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), verify=st.booleans(), batch=st.lists(actions(), min_size=1, max_size=25))
+def test_random_actions_never_crash_or_corrupt(seed, verify, batch):
+    env.reset(seed=seed)
+    env.step("I need help")  # the user opens; the agent now acts
+    if verify:
+        _verify_someone(env)
+    for action in batch:
+        if env.termination_reason is not None:
+            break  # the agent transferred: the episode is over
+        if env.agent_selection != "agent":
+            env.step("go on")
+        before = env.db_digest()
+        env.step(action)
+        results = env.trajectory[-1].get("tool_results", [])
+        after = env.db_digest()
+        for r in results:
+            tool = TOOLS.get(r["name"])
+            if r["error"] or tool is None or tool.kind == "read":
+                assert after == before, (r, action)
+        assert env.observation_space("agent").contains(env.observe("agent"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(bad=not_messages)
+def test_non_messages_raise_invalid_action_and_change_nothing(bad):
+    env.reset(seed=1)
+    before = (env.db_digest(), env.num_steps, env.agent_selection, len(env.observe("user")["messages"]))
+    with pytest.raises(InvalidActionError):
+        env.step(bad)
+    assert (env.db_digest(), env.num_steps, env.agent_selection, len(env.observe("user")["messages"])) == before
+
+
+def test_random_policies_thousands_of_steps():
+    """Both seats fuzz (the random user never says STOP), checked step by step."""
+    e = tau_env.make("harbor-bank-v0", max_steps=300)
+    policies = {"agent": RandomAgent(p_text=0.05), "user": RandomAgent(p_text=0.3)}
+    steps = seed = 0
+    while steps < 5000 and seed < 200:
+        e.reset(seed=seed)
+        policies["agent"].reset(seed=seed)
+        policies["user"].reset(seed=seed + 10_000)
+        for seat in e.agent_iter():
+            obs, _, term, trunc, _ = e.last()
+            if term or trunc:
+                e.step(None)
+                continue
+            before = e.db_digest()
+            e.step(policies[seat](obs))
+            steps += 1
+            for r in e.trajectory[-1].get("tool_results", []):
+                tool = TOOLS.get(r["name"])
+                if r["error"] or tool is None or tool.kind == "read":
+                    assert e.db_digest() == before, r
+        seed += 1
+    assert steps >= 5000

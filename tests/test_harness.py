@@ -1,0 +1,77 @@
+import asyncio
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tau_env import NoopAgent, OracleAgent, ScriptedUser, TauEnv, aevaluate, evaluate, pass_hat_k
+from tau_env.harness import compute_metrics, episode_seed, format_metrics
+
+
+def test_pass_hat_k_formula():
+    # one task solved 2 of 4 times, one 4 of 4
+    assert pass_hat_k([2, 4], [4, 4], 1) == pytest.approx((0.5 + 1) / 2)
+    assert pass_hat_k([2, 4], [4, 4], 2) == pytest.approx((1 / 6 + 1) / 2)
+    assert pass_hat_k([2, 4], [4, 4], 4) == pytest.approx(0.5)
+    assert math.isnan(pass_hat_k([1], [1], 2))
+
+
+@given(st.lists(st.tuples(st.integers(0, 8), st.integers(1, 8)).map(lambda t: (min(t), max(t))), min_size=1,
+                max_size=6))
+def test_pass_hat_k_is_monotone_and_bounded(tasks):
+    c, n = zip(*tasks)
+    vals = [pass_hat_k(c, n, k) for k in range(1, min(n) + 1)]
+    assert all(0 <= v <= 1 for v in vals)
+    assert all(a >= b - 1e-12 for a, b in zip(vals, vals[1:]))
+
+
+def test_compute_metrics_standard_error():
+    rows = [{"task_id": t, "reward": r, "termination_reason": "user_stop", "steps": 2, "tool_calls": 1,
+             "tool_errors": 0} for t, r in [("a", 1), ("a", 0), ("b", 1), ("b", 1)]]
+    m = compute_metrics(rows)
+    assert m["pass@1"] == 0.75 and m["trials"] == 2
+    # per-task means 0.5 and 1.0: sd 0.3536 over 2 tasks -> s.e. 0.25
+    assert m["pass@1_se"] == pytest.approx(0.25)
+    assert m["pass^k"]["2"] == pytest.approx(0.5)
+    assert "pass@1" in format_metrics(m, "t")
+
+
+def test_episode_seeds_are_stable():
+    assert episode_seed(0, "a", 0) == episode_seed(0, "a", 0)
+    assert len({episode_seed(0, "a", k) for k in range(50)}) == 50
+
+
+def test_evaluate_writes_results(domain, tmp_path):
+    run = evaluate(lambda: TauEnv(domain), OracleAgent, ScriptedUser, trials=2, out_dir=tmp_path / "run")
+    assert run.metrics["pass@1"] == 1.0 and run.metrics["pass^k"] == {"1": 1.0, "2": 1.0}
+    lines = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and {json.loads(x)["task_id"] for x in lines} == {"restock", "confirm", "nothing"}
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["episodes"] == 6
+    assert "pass@1" in (tmp_path / "run" / "summary.txt").read_text()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["trials"] == 2
+
+
+def test_noop_fails_write_tasks(domain):
+    run = evaluate(lambda: TauEnv(domain), NoopAgent, ScriptedUser)
+    assert {r.task_id: r.reward for r in run.results} == {"restock": 0.0, "confirm": 0.0, "nothing": 1.0}
+
+
+def test_async_matches_sync_and_accepts_async_policies(domain):
+    class AsyncOracle(OracleAgent):
+        async def aact(self, obs):
+            await asyncio.sleep(0)
+            return self(obs)
+
+    sync = evaluate(lambda: TauEnv(domain), OracleAgent, ScriptedUser, trials=2, seed=3)
+    run = asyncio.run(aevaluate(lambda: TauEnv(domain), AsyncOracle, ScriptedUser, trials=2, seed=3, concurrency=4))
+    assert [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in run.results] == \
+        [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in sync.results]
+
+
+def test_evaluate_rejects_unknown_task(domain):
+    from tau_env.error import UnknownTaskError
+
+    with pytest.raises(UnknownTaskError):
+        evaluate(lambda: TauEnv(domain), OracleAgent, ScriptedUser, task_ids=["nope"])

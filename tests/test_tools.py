@@ -1,0 +1,163 @@
+from typing import Literal
+
+import pytest
+
+from tau_env import ToolError, tool
+from tau_env.error import ToolDefinitionError
+from tau_env.tools import ArgumentError, Toolbox, parse_docstring
+
+
+@tool(kind="write")
+def sample(ctx, name: str, count: int = 1, ratio: float = 0.5, flag: bool = False,
+           color: Literal["red", "blue"] = "red", tags: list[str] | None = None, note: str | None = None) -> str:
+    """Do a sample thing.
+
+    More detail that is still description.
+
+    Args:
+        name: The name.
+        count: How many,
+            over two lines.
+        ratio: A ratio.
+        flag: A flag.
+        color: A colour.
+        tags: Some tags.
+        note: Optional note.
+    """
+    return "ok"
+
+
+def test_schema_from_signature_and_docstring():
+    fn = sample.schema["function"]
+    assert fn["name"] == "sample"
+    assert fn["description"] == "Do a sample thing.\n\nMore detail that is still description."
+    props = fn["parameters"]["properties"]
+    assert props["name"] == {"type": "string", "description": "The name."}
+    assert props["count"] == {"type": "integer", "description": "How many, over two lines."}
+    assert props["color"]["enum"] == ["red", "blue"]
+    assert props["tags"] == {"type": "array", "items": {"type": "string"}, "description": "Some tags."}
+    assert fn["parameters"]["required"] == ["name"]
+    assert sample.kind == "write" and sample.side == "agent"
+
+
+@pytest.mark.parametrize("args,match", [
+    ({}, "Missing required argument 'name' for tool 'sample' \\(string\\)"),
+    ({"name": 3}, "Argument 'name' must be a string, got integer 3"),
+    ({"name": "x", "count": "2"}, "Argument 'count' must be an integer, got string \"2\""),
+    ({"name": "x", "count": 2.5}, "must be an integer, got number 2.5"),
+    ({"name": "x", "count": True}, "must be an integer, got boolean true"),
+    ({"name": "x", "ratio": "a"}, "must be a number"),
+    ({"name": "x", "ratio": float("inf")}, "finite"),
+    ({"name": "x", "flag": 1}, "must be true or false"),
+    ({"name": "x", "color": "green"}, 'must be one of "red", "blue"; got "green"'),
+    ({"name": "x", "color": "rde"}, 'Did you mean "red"'),
+    ({"name": "x", "tags": "a"}, "must be an array"),
+    ({"name": "x", "tags": [1]}, r"Argument 'tags\[0\]' must be a string"),
+    ({"name": "x", "nmae": 1}, "Unexpected argument 'nmae' for tool 'sample'.*Did you mean \"name\""),
+    ({"name": "x" * 9000}, "too long"),
+    ({"name": "x", "count": 10**30}, "out of range"),
+])
+def test_validation_errors_say_what_and_how(args, match):
+    with pytest.raises(ArgumentError, match=match):
+        sample.validate(args)
+
+
+def test_validation_normalizes_and_fills_defaults():
+    out = sample.validate({"name": "x", "count": 4.0, "ratio": 2, "note": None})
+    assert out == {"name": "x", "count": 4, "ratio": 2.0, "flag": False, "color": "red", "tags": None, "note": None}
+    assert type(out["count"]) is int and type(out["ratio"]) is float
+
+
+def test_definition_errors():
+    with pytest.raises(ToolDefinitionError, match="add a docstring"):
+        tool(lambda ctx, a: a)
+    with pytest.raises(ToolDefinitionError, match="needs a type hint"):
+        @tool
+        def f(ctx, a):
+            """Doc.
+
+            Args:
+                a: A.
+            """
+    with pytest.raises(ToolDefinitionError, match="document parameter 'b'"):
+        @tool
+        def g(ctx, b: int):
+            """Doc."""
+    with pytest.raises(ToolDefinitionError, match="unsupported parameter type"):
+        @tool
+        def h(ctx, c: complex):
+            """Doc.
+
+            Args:
+                c: C.
+            """
+    with pytest.raises(ToolDefinitionError, match="only agent tools can be discoverable"):
+        @tool(side="user", discoverable=True)
+        def i(ctx):
+            """Doc."""
+    with pytest.raises(ToolDefinitionError, match="Two tools are named"):
+        Toolbox([sample, sample])
+
+
+def test_parse_docstring_sections():
+    desc, args = parse_docstring("""Summary line.
+
+    Args:
+        a (int): First.
+        b: Second
+            continued.
+
+    Returns:
+        Something.
+    """)
+    assert desc == "Summary line."
+    assert args == {"a": "First.", "b": "Second continued."}
+
+
+def test_toolbox_rolls_back_failures_and_reads(env):
+    env.reset(options={"task_id": "restock"})
+    box, ctx = env.toolbox, env._ctx
+    d0 = env.db_digest()
+    assert box.call(ctx, "agent", "sneaky_read", {"item_id": "widget"}).content == "read"
+    assert env.db_digest() == d0  # a read tool cannot change the state, even if it tries
+    r = box.call(ctx, "agent", "half_write", {"item_id": "widget"})
+    assert r.error and r.content == "Error: failed after writing" and env.db_digest() == d0
+    r = box.call(ctx, "agent", "buggy_write", {"item_id": "widget"})
+    assert r.error and r.internal_error and "failed internally (KeyError)" in r.content
+    assert env.db_digest() == d0
+    with pytest.raises(KeyError):
+        box.call(ctx, "agent", "buggy_write", {"item_id": "widget"}, strict=True)
+    assert env.db_digest() == d0
+    r = box.call(ctx, "agent", "add_stock", {"item_id": "widget", "qty": 2})
+    assert not r.error and r.wrote and env.db_digest() != d0
+
+
+def test_discoverable_and_handover_activation(env):
+    env.reset(options={"task_id": "restock"})
+    box, ctx = env.toolbox, env._ctx
+    assert "secret_restock_1234" not in ctx.active["agent"]
+    r = box.call(ctx, "agent", "secret_restock_1234", {"item_id": "widget"})
+    assert r.error and "Unknown tool 'secret_restock_1234'" in r.content
+    r = box.call(ctx, "agent", "unlock_tool", {"tool_name": "secret_restock_123"})
+    assert r.error and "No tool named 'secret_restock_123' can be unlocked" in r.content
+    r = box.call(ctx, "agent", "unlock_tool", {"tool_name": "secret_restock_1234"})
+    assert not r.error and "Tool: secret_restock_1234" in r.content
+    assert "secret_restock_1234" in ctx.active["agent"]
+    # user tools: hidden from the user until handed over; the agent cannot call them at all
+    assert box.call(ctx, "user", "confirm_in_app", {"code": "A"}).error
+    assert box.call(ctx, "agent", "confirm_in_app", {"code": "A"}).error
+    assert box.call(ctx, "user", "hand_over_tool", {"tool_name": "confirm_in_app"}).error  # agent-only
+    assert not box.call(ctx, "agent", "hand_over_tool", {"tool_name": "confirm_in_app"}).error
+    assert not box.call(ctx, "user", "confirm_in_app", {"code": "A"}).error
+
+
+def test_unknown_tool_suggests(env):
+    env.reset(options={"task_id": "restock"})
+    r = env.toolbox.call(env._ctx, "agent", "get_iten", {})
+    assert r.error and 'Did you mean "get_item"' in r.content
+
+
+def test_tool_error_is_not_a_tau_env_error():
+    from tau_env.error import Error
+
+    assert not issubclass(ToolError, Error)
