@@ -25,7 +25,7 @@ from tau_env.knowledge import Document, KnowledgeBase
 from tau_env.messages import OUT_OF_SCOPE, STOP, TRANSFER, assistant_message, call, say, tool_call
 from tau_env.registry import EnvSpec, make, register, registry
 from tau_env.tasks import Action, Scenario, Task, load_tasks, save_tasks
-from tau_env.tools import Tool, ToolContext, Toolbox, tool
+from tau_env.tools import Tool, Toolbox, ToolContext, tool
 from tau_env.users import ScriptedUser
 
 try:
@@ -34,9 +34,46 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+local"
 
 __all__ = [
-    "Action", "Document", "Domain", "EnvSpec", "EpisodeDB", "EpisodeResult", "EpisodeSnapshot", "Grade", "Grader",
-    "KnowledgeBase", "NoopAgent", "OUT_OF_SCOPE", "OracleAgent", "RandomAgent", "STOP", "Scenario", "Schema",
-    "ScriptedUser", "TRANSFER", "Task", "TauEnv", "Tool", "ToolContext", "ToolError", "Toolbox", "aevaluate",
-    "assistant_message", "call", "check_domain", "check_task", "evaluate", "load_domain_dir", "load_tasks", "make",
-    "pass_hat_k", "register", "registry", "run_episode", "save_tasks", "say", "tool", "tool_call",
+    "Action",
+    "Document",
+    "Domain",
+    "EnvSpec",
+    "EpisodeDB",
+    "EpisodeResult",
+    "EpisodeSnapshot",
+    "Grade",
+    "Grader",
+    "KnowledgeBase",
+    "NoopAgent",
+    "OUT_OF_SCOPE",
+    "OracleAgent",
+    "RandomAgent",
+    "STOP",
+    "Scenario",
+    "Schema",
+    "ScriptedUser",
+    "TRANSFER",
+    "Task",
+    "TauEnv",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "Toolbox",
+    "aevaluate",
+    "assistant_message",
+    "call",
+    "check_domain",
+    "check_task",
+    "evaluate",
+    "load_domain_dir",
+    "load_tasks",
+    "make",
+    "pass_hat_k",
+    "register",
+    "registry",
+    "run_episode",
+    "save_tasks",
+    "say",
+    "tool",
+    "tool_call",
 ]

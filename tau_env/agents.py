@@ -1,5 +1,6 @@
 """Policies for the agent seat: an oracle that performs the reference actions, a random fuzzer,
-and a do-nothing baseline. Each is a callable ``obs -> action`` with ``reset(task, seed)``."""
+and a do-nothing baseline. Each is a callable ``obs -> action`` with ``reset(task, seed)``.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +41,10 @@ class OracleAgent:
                 return assistant_message(None, [tool_call(a.name, a.arguments, id=f"oracle_{self._n}")])
             if not self._asked:
                 self._asked = True
-                return say(f"Please use {a.name} in your app now with these details: "
-                           f"{json.dumps(a.arguments, ensure_ascii=False)}. Tell me when it is done.")
+                return say(
+                    f"Please use {a.name} in your app now with these details: "
+                    f"{json.dumps(a.arguments, ensure_ascii=False)}. Tell me when it is done."
+                )
             self._asked = False  # the user has replied: its action is done
             self._i += 1
         return say(self.done_text)
@@ -59,10 +62,26 @@ class NoopAgent:
 
 class RandomAgent:
     """A fuzzer: random text, random calls to active and invented tools, with well-formed,
-    ill-typed, missing, extra, huge and hostile arguments. Seeded by ``reset(seed=...)``."""
+    ill-typed, missing, extra, huge and hostile arguments. Seeded by ``reset(seed=...)``.
+    """
 
-    HOSTILE = ["'; DROP TABLE accounts; --", "(a+)+$", ".*" * 50, "\x00", "ünïcødé ✓ 名前", "%s%s%n", "{}", "null",
-               "1e309", "-1", "0", "9" * 40, "\\", '"', "A" * 10_000]
+    HOSTILE = [
+        "'; DROP TABLE accounts; --",
+        "(a+)+$",
+        ".*" * 50,
+        "\x00",
+        "ünïcødé ✓ 名前",
+        "%s%s%n",
+        "{}",
+        "null",
+        "1e309",
+        "-1",
+        "0",
+        "9" * 40,
+        "\\",
+        '"',
+        "A" * 10_000,
+    ]
 
     def __init__(self, seed: int = 0, p_text: float = 0.2):
         self.p_text = p_text

@@ -54,7 +54,9 @@ def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
     if task.expect_no_change and changed:
         problems.append("expect_no_change is set but the reference actions change the database.")
     if not task.expect_no_change and not changed:
-        problems.append("the reference actions leave the database unchanged; set expect_no_change if that is the point.")
+        problems.append(
+            "the reference actions leave the database unchanged; set expect_no_change if that is the point."
+        )
     db2, steps2 = domain.replay(task)
     if [(s.output, s.error) for s in steps1] != [(s.output, s.error) for s in steps2] or db1.digest() != db2.digest():
         problems.append("two replays of the reference actions differ: a tool is not deterministic.")
@@ -75,8 +77,10 @@ def _play_problems(domain: Domain, task: Task) -> list[str]:
     r = run_episode(env, OracleAgent(), ScriptedUser(), task.id)
     env.close()
     if r.reward != 1.0:
-        return [f"the oracle agent with the scripted user scored {r.reward} (ended by {r.termination_reason}); "
-                f"differing tables: {r.grade.get('differing_tables')}."]
+        return [
+            f"the oracle agent with the scripted user scored {r.reward} (ended by {r.termination_reason}); "
+            f"differing tables: {r.grade.get('differing_tables')}."
+        ]
     return []
 
 
@@ -95,8 +99,10 @@ def domain_problems(domain: Domain, task_ids: Sequence[str] | None = None, play:
     dom = []
     for t in domain.toolbox("all").tools.values():
         if (t.discoverable or t.handover) and t.name not in texts:
-            dom.append(f"{'discoverable' if t.discoverable else 'hand-over'} tool {t.name!r} is not named in any "
-                       "document, so an agent cannot find it.")
+            dom.append(
+                f"{'discoverable' if t.discoverable else 'hand-over'} tool {t.name!r} is not named in any "
+                "document, so an agent cannot find it."
+            )
     if not domain.tasks:
         dom.append("the domain has no tasks.")
     if dom:

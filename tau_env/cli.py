@@ -41,8 +41,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     problems = domain_problems(domain, args.task or None, play=not args.no_play)
     n = len(args.task) if args.task else len(domain.tasks)
     if not problems:
-        print(f"{args.domain}: {n} tasks and {len(domain.documents)} documents pass every check "
-              f"({time.perf_counter() - started:.1f} s).")
+        print(
+            f"{args.domain}: {n} tasks and {len(domain.documents)} documents pass every check "
+            f"({time.perf_counter() - started:.1f} s)."
+        )
         return 0
     for key, ps in problems.items():
         print(f"{key}:")
@@ -61,9 +63,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         make_kwargs["max_steps"] = args.max_steps
     if args.retrieval:
         make_kwargs["retrieval"] = args.retrieval
-    run = evaluate(args.domain, _agent(args.agent), _user(args.user), task_ids=args.task or None,
-                   trials=args.trials, seed=args.seed, out_dir=out, progress=not args.quiet,
-                   config={"agent": args.agent, "user": args.user}, **make_kwargs)
+    run = evaluate(
+        args.domain,
+        _agent(args.agent),
+        _user(args.user),
+        task_ids=args.task or None,
+        trials=args.trials,
+        seed=args.seed,
+        out_dir=out,
+        progress=not args.quiet,
+        config={"agent": args.agent, "user": args.user},
+        **make_kwargs,
+    )
     print(format_metrics(run.metrics, f"{args.domain} | agent {args.agent} | user {args.user}"))
     print(f"results: {run.out_dir}")
     return 0

@@ -58,8 +58,12 @@ class Schema:
         except sqlite3.Error as e:
             raise DomainError(f"The domain schema is not valid SQL: {e}") from e
         tables = {}
-        names = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
         for name in names:
             if name.startswith("_tau"):
                 raise DomainError(f"Table name {name!r} is reserved (prefix '_tau').")
@@ -117,8 +121,9 @@ def apply_patch(conn: sqlite3.Connection, schema: Schema, patch: Patch) -> None:
                 conn.execute(f"DELETE FROM {_q(table)} WHERE {where}", [row[k] for k in keys])
                 continue
             cols = [k for k in row if k != DELETE_KEY]
-            sql = (f"INSERT OR REPLACE INTO {_q(table)} ({', '.join(map(_q, cols))}) "
-                   f"VALUES ({', '.join('?' * len(cols))})")
+            sql = (
+                f"INSERT OR REPLACE INTO {_q(table)} ({', '.join(map(_q, cols))}) VALUES ({', '.join('?' * len(cols))})"
+            )
             try:
                 conn.execute(sql, [row[c] for c in cols])
             except (sqlite3.Error, OverflowError) as e:
@@ -223,8 +228,9 @@ def _same_row(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(type(x) is type(y) and x == y for x, y in zip(a, b))
 
 
-def diff_rows(info: TableInfo, actual: list[tuple[Any, ...]], expected: list[tuple[Any, ...]],
-              limit: int = 20) -> dict[str, Any]:
+def diff_rows(
+    info: TableInfo, actual: list[tuple[Any, ...]], expected: list[tuple[Any, ...]], limit: int = 20
+) -> dict[str, Any]:
     """A readable diff of one table: rows missing, unexpected, and fields that differ."""
     key_idx = [info.columns.index(c) for c in info.primary_key] if info.primary_key else list(range(len(info.columns)))
 

@@ -107,8 +107,14 @@ class Domain:
         return box
 
     def context(self, db: EpisodeDB, task: Task | None, toolbox: Toolbox) -> ToolContext:
-        return ToolContext(conn=db.conn, now=self.clock_for(task), task_id=task.id if task else None, kb=self.kb,
-                           active=toolbox.initial_active(), toolbox=toolbox)
+        return ToolContext(
+            conn=db.conn,
+            now=self.clock_for(task),
+            task_id=task.id if task else None,
+            kb=self.kb,
+            active=toolbox.initial_active(),
+            toolbox=toolbox,
+        )
 
     def system_prompt(self, retrieval: str | None = None) -> str:
         key = retrieval or self.retrieval
@@ -118,8 +124,11 @@ class Domain:
             "none": "You have no access to the policy documents; rely on this policy alone.",
             "grep": "Use grep_documents to find the policy documents' rules before acting.",
         }
-        text = hints.get(key, "Search the policy documents for the rules that apply before acting; "
-                              "they also name the specialised tools you can unlock.")
+        text = hints.get(
+            key,
+            "Search the policy documents for the rules that apply before acting; "
+            "they also name the specialised tools you can unlock.",
+        )
         return self.policy.replace("{retrieval_instructions}", text)
 
     # --- replay ------------------------------------------------------------------------
@@ -136,15 +145,17 @@ class Domain:
 
 
 def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -> Domain:
-    """Load a domain laid out as a folder (the shipped bank is the worked example)::
+    """Load a domain laid out as a folder (the shipped bank is the worked example).
 
-        domain.json     {"name", "clock", "greeting", "retrieval", "max_steps"}
-        schema.sql      the tables
-        seed.json       {table: [rows]}
-        policy.md       the agent's system prompt
-        user_guidelines.md (optional)
-        documents/      *.md or *.json documents
-        tasks.json      the tasks (or tasks.jsonl)
+    Layout::
+
+    domain.json     {"name", "clock", "greeting", "retrieval", "max_steps"}
+    schema.sql      the tables
+    seed.json       {table: [rows]}
+    policy.md       the agent's system prompt
+    user_guidelines.md (optional)
+    documents/      *.md or *.json documents
+    tasks.json      the tasks (or tasks.jsonl)
     """
     root = Path(path)
     meta = json.loads((root / "domain.json").read_text(encoding="utf-8"))

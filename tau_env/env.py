@@ -15,7 +15,7 @@ from tau_env.db import EpisodeDB
 from tau_env.domain import Domain
 from tau_env.error import EpisodeOverError
 from tau_env.grading import Grade
-from tau_env.messages import TRANSFER, OUT_OF_SCOPE, is_end_message, normalize_action, parse_tool_calls
+from tau_env.messages import OUT_OF_SCOPE, TRANSFER, is_end_message, normalize_action, parse_tool_calls
 from tau_env.spaces import MessageSpace, observation_space
 from tau_env.tasks import Task
 from tau_env.tools import ToolResult
@@ -68,8 +68,16 @@ class TauEnv(AECEnv):
 
     metadata = {"name": "tau_env_v0", "render_modes": ["human", "ansi"], "is_parallelizable": False}
 
-    def __init__(self, domain: Domain, *, max_steps: int | None = None, retrieval: str | None = None,
-                 task_ids: list[str] | None = None, strict_tools: bool = False, render_mode: str | None = None):
+    def __init__(
+        self,
+        domain: Domain,
+        *,
+        max_steps: int | None = None,
+        retrieval: str | None = None,
+        task_ids: list[str] | None = None,
+        strict_tools: bool = False,
+        render_mode: str | None = None,
+    ):
         super().__init__()
         self.domain = domain
         self.max_steps = int(max_steps if max_steps is not None else domain.max_steps)
@@ -117,8 +125,9 @@ class TauEnv(AECEnv):
         task_id = options.pop("task_id", None)
         task_index = options.pop("task_index", None)
         if options:
-            warnings.warn(f"TauEnv.reset ignores unknown options {sorted(options)}; known: task_id, task_index.",
-                          stacklevel=2)
+            warnings.warn(
+                f"TauEnv.reset ignores unknown options {sorted(options)}; known: task_id, task_index.", stacklevel=2
+            )
         if task_id is not None:
             task = self.domain.task(task_id)
         elif task_index is not None:
@@ -176,7 +185,8 @@ class TauEnv(AECEnv):
             if action is not None:
                 raise EpisodeOverError(
                     f"The episode is over for {seat!r}; step(None) to let it leave (as agent_iter expects), "
-                    "or reset() for a new episode.")
+                    "or reset() for a new episode."
+                )
             self._was_dead_step(action)
             return
         msg = normalize_action(action)
@@ -228,8 +238,13 @@ class TauEnv(AECEnv):
                 self.truncations[s] = True
             else:
                 self.terminations[s] = True
-            self.infos[s] = {"task_id": self.task.id, "termination_reason": reason, "reward": reward,
-                             "grade": grade.to_dict(), "steps": self._steps}
+            self.infos[s] = {
+                "task_id": self.task.id,
+                "termination_reason": reason,
+                "reward": reward,
+                "grade": grade.to_dict(),
+                "steps": self._steps,
+            }
 
     # --- extras ------------------------------------------------------------------------
     @property
@@ -256,13 +271,24 @@ class TauEnv(AECEnv):
         if not self._started:
             raise EpisodeOverError("Call reset() before snapshot().")
         active, tool_state = self._ctx.copy_state()
-        state = copy.deepcopy({
-            "task_id": self.task.id, "steps": self._steps, "views": self._views, "trajectory": self.trajectory,
-            "agents": self.agents, "rewards": self.rewards, "cum": self._cumulative_rewards,
-            "terminations": self.terminations, "truncations": self.truncations, "infos": self.infos,
-            "selection": self.agent_selection, "reason": self.termination_reason, "grade": self.grade_result,
-            "reward": self.episode_reward,
-        })
+        state = copy.deepcopy(
+            {
+                "task_id": self.task.id,
+                "steps": self._steps,
+                "views": self._views,
+                "trajectory": self.trajectory,
+                "agents": self.agents,
+                "rewards": self.rewards,
+                "cum": self._cumulative_rewards,
+                "terminations": self.terminations,
+                "truncations": self.truncations,
+                "infos": self.infos,
+                "selection": self.agent_selection,
+                "reason": self.termination_reason,
+                "grade": self.grade_result,
+                "reward": self.episode_reward,
+            }
+        )
         state["active"], state["tool_state"] = active, tool_state
         return EpisodeSnapshot(self._db.snapshot(), state)
 
@@ -281,8 +307,14 @@ class TauEnv(AECEnv):
 
     def fork(self) -> TauEnv:
         """A new env of the same domain and settings, continuing from this episode's current state."""
-        other = TauEnv(self.domain, max_steps=self.max_steps, retrieval=self.retrieval, task_ids=self.task_pool,
-                       strict_tools=self.strict_tools, render_mode=self.render_mode)
+        other = TauEnv(
+            self.domain,
+            max_steps=self.max_steps,
+            retrieval=self.retrieval,
+            task_ids=self.task_pool,
+            strict_tools=self.strict_tools,
+            render_mode=self.render_mode,
+        )
         other.restore(self.snapshot())
         return other
 

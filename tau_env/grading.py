@@ -37,8 +37,12 @@ class Grade:
     diff: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reward": self.reward, "db_match": self.db_match, "differing_tables": self.differing_tables,
-                "diff": self.diff}
+        return {
+            "reward": self.reward,
+            "db_match": self.db_match,
+            "differing_tables": self.differing_tables,
+            "diff": self.diff,
+        }
 
 
 class Grader:
@@ -55,8 +59,10 @@ class Grader:
             init_digests = init.table_digests()
             init.close()
             db, _ = self.domain.replay(task)
-            digests = {name: (db.table_digest(name) if name in db.dirty_tables() else init_digests[name])
-                       for name in self.domain.schema.tables}
+            digests = {
+                name: (db.table_digest(name) if name in db.dirty_tables() else init_digests[name])
+                for name in self.domain.schema.tables
+            }
             changed = frozenset(n for n in digests if digests[n] != init_digests[n])
             t = Target(db.snapshot(), digests, init_digests, changed)
             db.close()

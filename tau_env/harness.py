@@ -62,12 +62,29 @@ def _result(env: TauEnv, trial: int, seed: int, started: float) -> EpisodeResult
             calls += 1
             errors += bool(r["error"])
     grade = env.grade_result.to_dict() if env.grade_result is not None else {}
-    return EpisodeResult(env.task.id, trial, seed, env.episode_reward, env.termination_reason,
-                         env.num_steps, calls, errors, grade, env.trajectory, time.perf_counter() - started)
+    return EpisodeResult(
+        env.task.id,
+        trial,
+        seed,
+        env.episode_reward,
+        env.termination_reason,
+        env.num_steps,
+        calls,
+        errors,
+        grade,
+        env.trajectory,
+        time.perf_counter() - started,
+    )
 
 
-def run_episode(env: TauEnv, agent: Callable[[dict], Any], user: Callable[[dict], Any], task_id: str | None = None,
-                seed: int = 0, trial: int = 0) -> EpisodeResult:
+def run_episode(
+    env: TauEnv,
+    agent: Callable[[dict], Any],
+    user: Callable[[dict], Any],
+    task_id: str | None = None,
+    seed: int = 0,
+    trial: int = 0,
+) -> EpisodeResult:
     """Play one episode with two synchronous policies (``obs -> action`` callables)."""
     started = time.perf_counter()
     env.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
@@ -86,8 +103,9 @@ async def _act(policy: Any, obs: dict[str, Any]) -> Any:
     return await out if inspect.isawaitable(out) else out
 
 
-async def arun_episode(env: TauEnv, agent: Any, user: Any, task_id: str | None = None, seed: int = 0,
-                       trial: int = 0) -> EpisodeResult:
+async def arun_episode(
+    env: TauEnv, agent: Any, user: Any, task_id: str | None = None, seed: int = 0, trial: int = 0
+) -> EpisodeResult:
     """Play one episode; policies may be async (``async def aact(obs)`` or an async ``__call__``)."""
     started = time.perf_counter()
     env.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
@@ -109,7 +127,8 @@ def pass_hat_k(successes: Sequence[int], trials: Sequence[int], k: int) -> float
 
 def compute_metrics(results: Iterable[EpisodeResult | dict[str, Any]]) -> dict[str, Any]:
     """pass@1 (with standard error over tasks), pass^k for k = 1..min trials, per-task results,
-    termination reasons, and tool calls / steps per episode."""
+    termination reasons, and tool calls / steps per episode.
+    """
     rows = [r.to_dict() if isinstance(r, EpisodeResult) else r for r in results]
     per_task: dict[str, list[float]] = {}
     for r in rows:
@@ -117,8 +136,11 @@ def compute_metrics(results: Iterable[EpisodeResult | dict[str, Any]]) -> dict[s
     n_tasks = len(per_task)
     means = [sum(v) / len(v) for v in per_task.values()]
     pass1 = sum(r["reward"] for r in rows) / len(rows) if rows else float("nan")
-    se = (math.sqrt(sum((m - sum(means) / n_tasks) ** 2 for m in means) / (n_tasks - 1)) / math.sqrt(n_tasks)
-          if n_tasks > 1 else 0.0)
+    se = (
+        math.sqrt(sum((m - sum(means) / n_tasks) ** 2 for m in means) / (n_tasks - 1)) / math.sqrt(n_tasks)
+        if n_tasks > 1
+        else 0.0
+    )
     succ = [sum(1 for x in v if x >= 1 - 1e-6) for v in per_task.values()]
     trials = [len(v) for v in per_task.values()]
     max_k = min(trials) if trials else 0
@@ -147,9 +169,11 @@ def format_metrics(m: dict[str, Any], title: str = "") -> str:
         f"{'pass@1':<18}{m['pass@1']:.3f} ± {m['pass@1_se']:.3f} (s.e.)",
     ]
     lines += [f"{'pass^' + k:<18}{v:.3f}" for k, v in m["pass^k"].items()]
-    lines += [f"{'mean steps':<18}{m['mean_steps']:.1f}",
-              f"{'mean tool calls':<18}{m['mean_tool_calls']:.1f} ({m['mean_tool_errors']:.1f} errors)",
-              f"{'ended by':<18}" + ", ".join(f"{k}: {v}" for k, v in sorted(m["terminations"].items(), key=str))]
+    lines += [
+        f"{'mean steps':<18}{m['mean_steps']:.1f}",
+        f"{'mean tool calls':<18}{m['mean_tool_calls']:.1f} ({m['mean_tool_errors']:.1f} errors)",
+        f"{'ended by':<18}" + ", ".join(f"{k}: {v}" for k, v in sorted(m["terminations"].items(), key=str)),
+    ]
     width = max(len(x) for x in lines)
     return "\n".join([lines[0], "-" * width, *lines[1:]] if title else lines)
 
@@ -213,9 +237,19 @@ def _make_env(env: str | Callable[[], TauEnv], **kwargs: Any) -> Callable[[], Ta
     return env
 
 
-def evaluate(env: str | Callable[[], TauEnv], agent: Any, user: Any, *, task_ids: Sequence[str] | None = None,
-             trials: int = 1, seed: int = 0, out_dir: str | Path | None = None, progress: bool = False,
-             config: dict[str, Any] | None = None, **make_kwargs: Any) -> EvalRun:
+def evaluate(
+    env: str | Callable[[], TauEnv],
+    agent: Any,
+    user: Any,
+    *,
+    task_ids: Sequence[str] | None = None,
+    trials: int = 1,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+    config: dict[str, Any] | None = None,
+    **make_kwargs: Any,
+) -> EvalRun:
     """Run every (task, trial) episode sequentially.
 
     Args:
@@ -232,8 +266,17 @@ def evaluate(env: str | Callable[[], TauEnv], agent: Any, user: Any, *, task_ids
     e = make_env()
     plan = _plan(e, task_ids, trials, seed)
     new_agent, new_user = _factory(agent), _factory(user)
-    writer = _Writer(out_dir, {**(config or {}), "env": env if isinstance(env, str) else repr(e), "trials": trials,
-                               "seed": seed, "tasks": sorted({t for t, _, _ in plan}), **make_kwargs})
+    writer = _Writer(
+        out_dir,
+        {
+            **(config or {}),
+            "env": env if isinstance(env, str) else repr(e),
+            "trials": trials,
+            "seed": seed,
+            "tasks": sorted({t for t, _, _ in plan}),
+            **make_kwargs,
+        },
+    )
     bar = _bar(len(plan), progress)
     results = []
     for task_id, trial, ep_seed in plan:
@@ -249,10 +292,20 @@ def evaluate(env: str | Callable[[], TauEnv], agent: Any, user: Any, *, task_ids
     return EvalRun(results, metrics, writer.dir)
 
 
-async def aevaluate(env: str | Callable[[], TauEnv], agent: Any, user: Any, *,
-                    task_ids: Sequence[str] | None = None, trials: int = 1, seed: int = 0, concurrency: int = 32,
-                    out_dir: str | Path | None = None, progress: bool = False, config: dict[str, Any] | None = None,
-                    **make_kwargs: Any) -> EvalRun:
+async def aevaluate(
+    env: str | Callable[[], TauEnv],
+    agent: Any,
+    user: Any,
+    *,
+    task_ids: Sequence[str] | None = None,
+    trials: int = 1,
+    seed: int = 0,
+    concurrency: int = 32,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+    config: dict[str, Any] | None = None,
+    **make_kwargs: Any,
+) -> EvalRun:
     """Like :func:`evaluate`, with up to ``concurrency`` episodes in flight on one event loop.
 
     Results come back in plan order (task-major within each trial), whatever order episodes end in.
@@ -261,9 +314,18 @@ async def aevaluate(env: str | Callable[[], TauEnv], agent: Any, user: Any, *,
     probe = make_env()
     plan = _plan(probe, task_ids, trials, seed)
     title = f"{probe.domain.name}: {len(plan)} episodes"
-    writer = _Writer(out_dir, {**(config or {}), "env": env if isinstance(env, str) else repr(probe),
-                               "trials": trials, "seed": seed, "concurrency": concurrency,
-                               "tasks": sorted({t for t, _, _ in plan}), **make_kwargs})
+    writer = _Writer(
+        out_dir,
+        {
+            **(config or {}),
+            "env": env if isinstance(env, str) else repr(probe),
+            "trials": trials,
+            "seed": seed,
+            "concurrency": concurrency,
+            "tasks": sorted({t for t, _, _ in plan}),
+            **make_kwargs,
+        },
+    )
     new_agent, new_user = _factory(agent), _factory(user)
     pool = [probe] + [make_env() for _ in range(max(0, min(concurrency, len(plan)) - 1))]
     queue: asyncio.Queue[TauEnv] = asyncio.Queue()

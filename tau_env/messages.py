@@ -1,4 +1,4 @@
-"""OpenAI-style chat messages: the one format both seats act in.
+r"""OpenAI-style chat messages: the one format both seats act in.
 
 An action is an assistant message, exactly what an OpenAI-compatible server returns::
 

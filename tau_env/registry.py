@@ -48,12 +48,14 @@ class Registry:
     def __init__(self) -> None:
         self.specs: dict[str, EnvSpec] = {}
 
-    def register(self, id: str, entry_point: str | Callable[..., Domain], *, description: str = "",
-                 **kwargs: Any) -> EnvSpec:
+    def register(
+        self, id: str, entry_point: str | Callable[..., Domain], *, description: str = "", **kwargs: Any
+    ) -> EnvSpec:
         """Register ``id``; ``kwargs`` are defaults passed to ``make``."""
         if not _ID.match(id):
-            raise RegistrationError(f"Env id {id!r} must be lower-case letters, digits, '-', '_' or '.', "
-                                    "e.g. 'my-bank-v0'.")
+            raise RegistrationError(
+                f"Env id {id!r} must be lower-case letters, digits, '-', '_' or '.', e.g. 'my-bank-v0'."
+            )
         if id in self.specs:
             raise RegistrationError(f"Env id {id!r} is already registered; pick another id or use registry.scoped().")
         spec = self.specs[id] = EnvSpec(id, entry_point, dict(kwargs), description)
@@ -65,7 +67,8 @@ class Registry:
         except KeyError:
             raise UnknownEnvError(
                 f"No environment {id!r} is registered; registered ids: {sorted(self.specs)}."
-                + did_you_mean(id, self.specs)) from None
+                + did_you_mean(id, self.specs)
+            ) from None
 
     def load_domain(self, id: str, **kwargs: Any) -> Domain:
         spec = self.spec(id)
@@ -74,7 +77,8 @@ class Registry:
 
     def make(self, id: str, **kwargs: Any) -> TauEnv:
         """Build the env ``id``; env settings (``max_steps``, ``retrieval``, ...) and loader settings
-        (e.g. ``data_dir``) may be mixed in ``kwargs``."""
+        (e.g. ``data_dir``) may be mixed in ``kwargs``.
+        """
         from tau_env.env import TauEnv
 
         spec = self.spec(id)

@@ -34,8 +34,10 @@ def format_events(events: Iterable[dict[str, Any]], limit: int = 600) -> str:
 
 def format_episode(record: dict[str, Any], limit: int = 600) -> str:
     """Format one line of ``trajectories.jsonl``: header, transcript, grade."""
-    head = (f"== task {record['task_id']} | trial {record.get('trial', 0)} | reward {record['reward']} | "
-            f"ended: {record.get('termination_reason')} | steps {record.get('steps')}")
+    head = (
+        f"== task {record['task_id']} | trial {record.get('trial', 0)} | reward {record['reward']} | "
+        f"ended: {record.get('termination_reason')} | steps {record.get('steps')}"
+    )
     out = [head, format_events(record.get("events", []), limit)]
     grade = record.get("grade") or {}
     if grade and not grade.get("db_match", True):

@@ -33,8 +33,10 @@ class _JsonSpace(spaces.Space[Any]):
         return False
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(other).keys() == vars(self).keys() and all(
-            getattr(other, k) == getattr(self, k) for k in self._eq_fields()
+        return (
+            type(other) is type(self)
+            and vars(other).keys() == vars(self).keys()
+            and all(getattr(other, k) == getattr(self, k) for k in self._eq_fields())
         )
 
     def _eq_fields(self) -> tuple[str, ...]:
@@ -92,8 +94,11 @@ class MessageSpace(_JsonSpace):
             args = json.dumps([1, 2])
         else:
             args = json.dumps({self._text(8) or "x": self._text(12) for _ in range(int(rng.integers(0, 3)))})
-        call = {"id": f"call_{int(rng.integers(0, 10**6))}", "type": "function",
-                "function": {"name": name, "arguments": args}}
+        call = {
+            "id": f"call_{int(rng.integers(0, 10**6))}",
+            "type": "function",
+            "function": {"name": name, "arguments": args},
+        }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
     def __repr__(self) -> str:
@@ -142,10 +147,16 @@ def _valid_tool_schema(t: Any) -> bool:
     if not isinstance(t, dict) or t.get("type") != "function":
         return False
     fn = t.get("function")
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("description", ""), str):
+    if (
+        not isinstance(fn, dict)
+        or not isinstance(fn.get("name"), str)
+        or not isinstance(fn.get("description", ""), str)
+    ):
         return False
     params = fn.get("parameters")
-    return isinstance(params, dict) and params.get("type") == "object" and isinstance(params.get("properties", {}), dict)
+    return (
+        isinstance(params, dict) and params.get("type") == "object" and isinstance(params.get("properties", {}), dict)
+    )
 
 
 class ToolSchemasSpace(_JsonSpace):
@@ -155,8 +166,16 @@ class ToolSchemasSpace(_JsonSpace):
         return isinstance(x, list) and all(_valid_tool_schema(t) for t in x)
 
     def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, Any]]:
-        return [{"type": "function", "function": {"name": self._text(10) or "t", "description": self._text(),
-                                                  "parameters": {"type": "object", "properties": {}}}}]
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": self._text(10) or "t",
+                    "description": self._text(),
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+        ]
 
     def __repr__(self) -> str:
         return "ToolSchemasSpace()"

@@ -28,11 +28,17 @@ class Scenario(_Model):
     """
 
     persona: str = Field("", description="Who the user is and how they talk.")
-    requests: list[str] = Field(..., min_length=1, description="What the user asks, in order; the first opens the chat.")
-    facts: dict[str, str] = Field(default_factory=dict,
-                                  description="Private facts, revealed only when asked; the key is how the agent would name it (e.g. 'date of birth').")
+    requests: list[str] = Field(
+        ..., min_length=1, description="What the user asks, in order; the first opens the chat."
+    )
+    facts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Private facts, revealed only when asked; keyed as an agent would ask (e.g. 'date of birth').",
+    )
     unknown: list[str] = Field(default_factory=list, description="Things the user does not know.")
-    instructions: str = Field("", description="Extra guidance for an LLM user simulator (how to react, what to refuse).")
+    instructions: str = Field(
+        "", description="Extra guidance for an LLM user simulator (how to react, what to refuse)."
+    )
 
 
 class Action(_Model):
@@ -50,10 +56,16 @@ class Task(_Model):
     description: str = Field("", description="What the task tests (for authors; never shown to a seat).")
     scenario: Scenario
     initial_state: dict[str, list[dict[str, Any]]] = Field(
-        default_factory=dict, description="Patch over the domain's seed data: {table: [rows]}; rows are upserted, "
-                                          "a row with '_delete': true is deleted.")
-    actions: list[Action] = Field(default_factory=list, description="Reference actions A*; replayed to get the target state.")
-    expect_no_change: bool = Field(False, description="The correct outcome leaves the database unchanged (e.g. a refusal).")
+        default_factory=dict,
+        description="Patch over the domain's seed data: {table: [rows]}; rows are upserted, "
+        "a row with '_delete': true is deleted.",
+    )
+    actions: list[Action] = Field(
+        default_factory=list, description="Reference actions A*; replayed to get the target state."
+    )
+    expect_no_change: bool = Field(
+        False, description="The correct outcome leaves the database unchanged (e.g. a refusal)."
+    )
     required_documents: list[str] = Field(default_factory=list, description="Documents whose rules decide the task.")
     tags: list[str] = Field(default_factory=list)
     clock: str | None = Field(None, description="ISO date-time the tools see as 'now'; the domain's default if unset.")

@@ -7,7 +7,7 @@ with an OpenAI function schema and an argument validator::
     def close_account(ctx: ToolContext, account_id: str) -> str:
         '''Close an account whose balance is zero.
 
-        Args:
+Args:
             account_id: The account to close, e.g. "CHK-1001".
         '''
 
@@ -104,27 +104,34 @@ def _type_name(v: Any) -> str:
 
 
 def _show(v: Any) -> str:
-    text = json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    text = (
+        json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    )
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _compile_type(tp: Any, max_string: int, where: str) -> tuple[dict[str, Any], Validator]:
     origin = typing.get_origin(tp)
     if tp is str:
+
         def v_str(name: str, x: Any) -> Any:
             if not isinstance(x, str):
                 raise ArgumentError(f"Argument '{name}' must be a string, got {_type_name(x)} {_show(x)}.")
             if len(x) > max_string:
                 raise ArgumentError(f"Argument '{name}' is too long ({len(x)} characters; at most {max_string}).")
             return x
+
         return {"type": "string"}, v_str
     if tp is bool:
+
         def v_bool(name: str, x: Any) -> Any:
             if not isinstance(x, bool):
                 raise ArgumentError(f"Argument '{name}' must be true or false, got {_type_name(x)} {_show(x)}.")
             return x
+
         return {"type": "boolean"}, v_bool
     if tp is int:
+
         def v_int(name: str, x: Any) -> Any:
             if isinstance(x, float) and math.isfinite(x) and x.is_integer() and abs(x) < 2**63:
                 return int(x)  # 100.0 from a model means 100: normalize so states compare equal
@@ -133,8 +140,10 @@ def _compile_type(tp: Any, max_string: int, where: str) -> tuple[dict[str, Any],
             if abs(x) >= 2**63:
                 raise ArgumentError(f"Argument '{name}' is out of range ({_show(x)}).")
             return x
+
         return {"type": "integer"}, v_int
     if tp is float:
+
         def v_float(name: str, x: Any) -> Any:
             if isinstance(x, bool) or not isinstance(x, (int, float)):
                 raise ArgumentError(f"Argument '{name}' must be a number, got {_type_name(x)} {_show(x)}.")
@@ -142,6 +151,7 @@ def _compile_type(tp: Any, max_string: int, where: str) -> tuple[dict[str, Any],
             if not math.isfinite(x):
                 raise ArgumentError(f"Argument '{name}' must be a finite number, got {x}.")
             return x
+
         return {"type": "number"}, v_float
     if origin is Literal:
         choices = typing.get_args(tp)
@@ -158,6 +168,7 @@ def _compile_type(tp: Any, max_string: int, where: str) -> tuple[dict[str, Any],
                 f"Argument '{name}' must be one of {', '.join(_show(c) for c in choices)}; got {_show(x)}."
                 + (did_you_mean(x, [c for c in choices if isinstance(c, str)]) if isinstance(x, str) else "")
             )
+
         return schema, v_lit
     if origin in (typing.Union, types.UnionType):
         members = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -167,6 +178,7 @@ def _compile_type(tp: Any, max_string: int, where: str) -> tuple[dict[str, Any],
 
         def v_opt(name: str, x: Any) -> Any:
             return None if x is None else inner(name, x)
+
         return {**inner_schema, "nullable": True}, v_opt
     if origin in (list, tuple) or tp in (list, tuple):
         args = typing.get_args(tp)
@@ -178,18 +190,23 @@ def _compile_type(tp: Any, max_string: int, where: str) -> tuple[dict[str, Any],
             if len(x) > 1000:
                 raise ArgumentError(f"Argument '{name}' has too many items ({len(x)}; at most 1000).")
             return [item(f"{name}[{i}]", v) for i, v in enumerate(x)]
+
         schema = {"type": "array"}
         if item_schema:
             schema["items"] = item_schema
         return schema, v_list
     if origin is dict or tp is dict:
+
         def v_dict(name: str, x: Any) -> Any:
             if not isinstance(x, dict):
                 raise ArgumentError(f"Argument '{name}' must be an object, got {_type_name(x)} {_show(x)}.")
             return x
+
         return {"type": "object"}, v_dict
-    raise ToolDefinitionError(f"{where}: unsupported parameter type {tp!r}; use str, int, float, bool, "
-                              "Literal[...], list[T], dict or T | None.")
+    raise ToolDefinitionError(
+        f"{where}: unsupported parameter type {tp!r}; use str, int, float, bool, "
+        "Literal[...], list[T], dict or T | None."
+    )
 
 
 # --- the tool --------------------------------------------------------------------------------
@@ -215,8 +232,10 @@ class Tool:
     @property
     def schema(self) -> dict[str, Any]:
         """The OpenAI function schema ``{"type": "function", "function": {...}}``."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return the validated arguments (defaults filled in), or raise :class:`ArgumentError`."""
@@ -225,11 +244,14 @@ class Tool:
             names = list(self.validators)
             raise ArgumentError(
                 f"Unexpected argument '{str(unknown[0])[:60]}' for tool '{self.name}'; it takes "
-                f"{names or 'no arguments'}.{did_you_mean(str(unknown[0]), names)}")
+                f"{names or 'no arguments'}.{did_you_mean(str(unknown[0]), names)}"
+            )
         missing = [k for k in self.required if k not in arguments]
         if missing:
-            raise ArgumentError(f"Missing required argument '{missing[0]}' for tool '{self.name}' "
-                                f"({self.parameters['properties'][missing[0]].get('type', 'value')}).")
+            raise ArgumentError(
+                f"Missing required argument '{missing[0]}' for tool '{self.name}' "
+                f"({self.parameters['properties'][missing[0]].get('type', 'value')})."
+            )
         out = dict(self.defaults)
         for k, v in arguments.items():
             out[k] = self.validators[k](k, v)
@@ -249,9 +271,17 @@ class Tool:
         return "\n".join(lines)
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, kind: str = "read",
-         side: str = "agent", discoverable: bool = False, handover: bool = False,
-         ends_episode: bool = False, max_string: int = MAX_STRING) -> Any:
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    kind: str = "read",
+    side: str = "agent",
+    discoverable: bool = False,
+    handover: bool = False,
+    ends_episode: bool = False,
+    max_string: int = MAX_STRING,
+) -> Any:
     """Make a :class:`Tool` of a typed, documented function.
 
     Args:
@@ -266,6 +296,7 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, kind:
         ends_episode: A successful call ends the episode (a transfer to a human).
         max_string: Longest accepted string argument.
     """
+
     def wrap(f: Callable[..., Any]) -> Tool:
         where = f"tool {f.__name__!r}"
         if kind not in KINDS:
@@ -273,7 +304,9 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, kind:
         if side not in SEATS:
             raise ToolDefinitionError(f"{where}: side must be one of {SEATS}, got {side!r}.")
         if discoverable and side != "agent":
-            raise ToolDefinitionError(f"{where}: only agent tools can be discoverable; use handover=True for user tools.")
+            raise ToolDefinitionError(
+                f"{where}: only agent tools can be discoverable; use handover=True for user tools."
+            )
         if handover and side != "user":
             raise ToolDefinitionError(f"{where}: only user tools can be handed over.")
         description, arg_docs = parse_docstring(f.__doc__ or "")
@@ -304,10 +337,23 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, kind:
             else:
                 defaults[p.name] = p.default
         parameters = {"type": "object", "properties": props, "required": required}
-        return Tool(name=name or f.__name__, description=description, fn=f, parameters=parameters,
-                    validators=validators, required=tuple(required), defaults=defaults, kind=kind, side=side,
-                    discoverable=discoverable, handover=handover, ends_episode=ends_episode,
-                    takes_ctx=takes_ctx, arg_descriptions=arg_docs)
+        return Tool(
+            name=name or f.__name__,
+            description=description,
+            fn=f,
+            parameters=parameters,
+            validators=validators,
+            required=tuple(required),
+            defaults=defaults,
+            kind=kind,
+            side=side,
+            discoverable=discoverable,
+            handover=handover,
+            ends_episode=ends_episode,
+            takes_ctx=takes_ctx,
+            arg_descriptions=arg_docs,
+        )
+
     return wrap(fn) if fn is not None else wrap
 
 
@@ -344,6 +390,7 @@ class ToolContext:
 
     def copy_state(self) -> tuple[dict[str, set[str]], dict[str, Any]]:
         import copy
+
         return {s: set(v) for s, v in self.active.items()}, copy.deepcopy(self.state)
 
 
@@ -388,22 +435,29 @@ class Toolbox:
 
     def initial_active(self) -> dict[str, set[str]]:
         """Tools active at the start of an episode: all but discoverable and hand-over tools."""
-        return {s: {n for n, t in self.tools.items() if t.side == s and not t.discoverable and not t.handover}
-                for s in SEATS}
+        return {
+            s: {n for n, t in self.tools.items() if t.side == s and not t.discoverable and not t.handover}
+            for s in SEATS
+        }
 
     def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
         """OpenAI schemas of ``names`` in the toolbox's definition order."""
         wanted = set(names)
         return [t.schema for n, t in self.tools.items() if n in wanted]
 
-    def call(self, ctx: ToolContext, seat: str, name: str, arguments: dict[str, Any] | None,
-             strict: bool = False) -> ToolResult:
+    def call(
+        self, ctx: ToolContext, seat: str, name: str, arguments: dict[str, Any] | None, strict: bool = False
+    ) -> ToolResult:
         """Run one call for ``seat``. Never raises for the model's mistakes; ``strict`` re-raises tool bugs."""
         t = self.tools.get(name)
         if t is None or name not in ctx.active[seat]:
             active = sorted(ctx.active[seat])
-            return ToolResult(name, f"Error: Unknown tool '{name[:80]}'. Available tools: {', '.join(active)}."
-                              + did_you_mean(name, active), error=True)
+            return ToolResult(
+                name,
+                f"Error: Unknown tool '{name[:80]}'. Available tools: {', '.join(active)}."
+                + did_you_mean(name, active),
+                error=True,
+            )
         try:
             args = t.validate(arguments or {})
         except ArgumentError as e:
@@ -425,8 +479,9 @@ class Toolbox:
             if strict:
                 raise
             logger.warning("tool %s raised %s: %s", name, type(e).__name__, e, exc_info=True)
-            return ToolResult(name, f"Error: tool '{name}' failed internally ({type(e).__name__}).",
-                              error=True, internal_error=True)
+            return ToolResult(
+                name, f"Error: tool '{name}' failed internally ({type(e).__name__}).", error=True, internal_error=True
+            )
         if t.kind == "read":
             conn.execute("ROLLBACK TO tau_call")  # a read tool can never change the state
         conn.execute("RELEASE tau_call")
@@ -444,8 +499,10 @@ def unlock_tool(ctx: ToolContext, tool_name: str) -> str:
     box = ctx.toolbox
     t = box.tools.get(tool_name) if box else None
     if t is None or not t.discoverable:
-        raise ToolError(f"No tool named '{tool_name[:80]}' can be unlocked. Tool names are written in the "
-                        "documents; search them and copy the exact name.")
+        raise ToolError(
+            f"No tool named '{tool_name[:80]}' can be unlocked. Tool names are written in the "
+            "documents; search them and copy the exact name."
+        )
     ctx.active["agent"].add(tool_name)
     return f"Tool unlocked: {tool_name}. You can now call it directly.\n\n{t.describe()}"
 
@@ -460,7 +517,9 @@ def hand_over_tool(ctx: ToolContext, tool_name: str) -> str:
     box = ctx.toolbox
     t = box.tools.get(tool_name) if box else None
     if t is None or not t.handover:
-        raise ToolError(f"No customer tool named '{tool_name[:80]}' can be handed over. Customer tool names "
-                        "are written in the documents.")
+        raise ToolError(
+            f"No customer tool named '{tool_name[:80]}' can be handed over. Customer tool names "
+            "are written in the documents."
+        )
     ctx.active["user"].add(tool_name)
     return f"Tool handed over to the customer: {tool_name}. Ask them to use it.\n\n{t.describe()}"

@@ -39,7 +39,7 @@ def render_scenario(s: Scenario) -> str:
 
 def user_system_prompt(domain: Domain | None, scenario: Scenario) -> str:
     """System prompt of the user seat: the domain's guidelines, then the scenario."""
-    guidelines = (domain.user_guidelines if domain is not None and domain.user_guidelines else _GENERIC_GUIDELINES)
+    guidelines = domain.user_guidelines if domain is not None and domain.user_guidelines else _GENERIC_GUIDELINES
     return f"{guidelines.strip()}\n\n<scenario>\n{render_scenario(scenario)}\n</scenario>"
 
 

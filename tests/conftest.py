@@ -112,15 +112,28 @@ def transfer_to_human(ctx: ToolContext, summary: str) -> str:
 TOOLS = [get_item, sneaky_read, add_stock, half_write, buggy_write, secret_restock, confirm_in_app, transfer_to_human]
 
 TASKS = [
-    Task.model_validate({"id": "restock", "scenario": {"requests": ["Please restock the widget."],
-                                                      "facts": {"item id": "widget"}},
-                         "actions": [{"name": "unlock_tool", "arguments": {"tool_name": "secret_restock_1234"}},
-                                     {"name": "secret_restock_1234", "arguments": {"item_id": "widget"}}]}),
-    Task.model_validate({"id": "confirm", "scenario": {"requests": ["Add 5 gadgets, I will confirm."]},
-                         "initial_state": {"items": [{"item_id": "gadget", "qty": 7, "price": 2.0}]},
-                         "actions": [{"name": "add_stock", "arguments": {"item_id": "gadget", "qty": 5}},
-                                     {"name": "hand_over_tool", "arguments": {"tool_name": "confirm_in_app"}},
-                                     {"name": "confirm_in_app", "arguments": {"code": "X1"}, "requestor": "user"}]}),
+    Task.model_validate(
+        {
+            "id": "restock",
+            "scenario": {"requests": ["Please restock the widget."], "facts": {"item id": "widget"}},
+            "actions": [
+                {"name": "unlock_tool", "arguments": {"tool_name": "secret_restock_1234"}},
+                {"name": "secret_restock_1234", "arguments": {"item_id": "widget"}},
+            ],
+        }
+    ),
+    Task.model_validate(
+        {
+            "id": "confirm",
+            "scenario": {"requests": ["Add 5 gadgets, I will confirm."]},
+            "initial_state": {"items": [{"item_id": "gadget", "qty": 7, "price": 2.0}]},
+            "actions": [
+                {"name": "add_stock", "arguments": {"item_id": "gadget", "qty": 5}},
+                {"name": "hand_over_tool", "arguments": {"tool_name": "confirm_in_app"}},
+                {"name": "confirm_in_app", "arguments": {"code": "X1"}, "requestor": "user"},
+            ],
+        }
+    ),
     Task.model_validate({"id": "nothing", "scenario": {"requests": ["Just looking."]}, "expect_no_change": True}),
 ]
 
@@ -132,10 +145,17 @@ DOCS = [
 
 
 def make_domain(**overrides) -> Domain:
-    kw = dict(name="tiny", schema=Schema.from_ddl(DDL),
-              seed={"items": [{"item_id": "widget", "qty": 3, "price": 9.5}]}, tools=TOOLS, documents=DOCS,
-              policy="You are a shop assistant. {retrieval_instructions}", tasks=TASKS,
-              clock=datetime(2025, 1, 1, 12, 0), max_steps=30)
+    kw = dict(
+        name="tiny",
+        schema=Schema.from_ddl(DDL),
+        seed={"items": [{"item_id": "widget", "qty": 3, "price": 9.5}]},
+        tools=TOOLS,
+        documents=DOCS,
+        policy="You are a shop assistant. {retrieval_instructions}",
+        tasks=TASKS,
+        clock=datetime(2025, 1, 1, 12, 0),
+        max_steps=30,
+    )
     kw.update(overrides)
     return Domain(**kw)
 

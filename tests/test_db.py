@@ -30,20 +30,26 @@ def test_schema_reads_tables_and_keys(schema):
 
 
 def test_patch_upserts_and_deletes(schema):
-    img = build_image(schema, {"a": [{"id": "k", "v": 1, "f": 1.5}, {"id": "z", "v": 2, "f": None}]},
-                      {"a": [{"id": "k", "v": 9, "f": 0.0}, {"id": "z", "_delete": True}]})
+    img = build_image(
+        schema,
+        {"a": [{"id": "k", "v": 1, "f": 1.5}, {"id": "z", "v": 2, "f": None}]},
+        {"a": [{"id": "k", "v": 9, "f": 0.0}, {"id": "z", "_delete": True}]},
+    )
     db = EpisodeDB(schema, img)
     assert db.dump()["a"] == [{"id": "k", "v": 9, "f": 0.0}]
     assert db.dirty_tables() == set()  # the image starts clean
 
 
-@pytest.mark.parametrize("patch,match", [
-    ({"nope": [{}]}, "Unknown table"),
-    ({"a": [{"id": "k", "vv": 1}]}, "no column 'vv'.*Did you mean \"v\""),
-    ({"a": ["row"]}, "must be objects"),
-    ({"a": [{"id": "k", "v": "text"}]}, "does not fit table 'a'"),
-    ({"b": [{"x": 1, "_delete": True}]}, "needs the primary key"),
-])
+@pytest.mark.parametrize(
+    "patch,match",
+    [
+        ({"nope": [{}]}, "Unknown table"),
+        ({"a": [{"id": "k", "vv": 1}]}, "no column 'vv'.*Did you mean \"v\""),
+        ({"a": ["row"]}, "must be objects"),
+        ({"a": [{"id": "k", "v": "text"}]}, "does not fit table 'a'"),
+        ({"b": [{"x": 1, "_delete": True}]}, "needs the primary key"),
+    ],
+)
 def test_patch_errors_are_clear(schema, patch, match):
     with pytest.raises(DomainError, match=match):
         build_image(schema, {}, patch)
@@ -95,12 +101,15 @@ def test_diff_rows_explains(schema):
     assert d["changed_rows"] == {"k": {"v": {"expected": 2, "actual": 1}}}
     assert d["missing_rows"] == [{"id": "gone", "v": 3, "f": None}]
     assert d["unexpected_rows"] == [{"id": "extra", "v": 0, "f": None}]
-    assert diff_rows(info, [("k", 1, 1.0)], [("k", 1.0, 1.0)])["changed_rows"]["k"]["v"] == {"expected": 1.0,
-                                                                                            "actual": 1}
+    assert diff_rows(info, [("k", 1, 1.0)], [("k", 1.0, 1.0)])["changed_rows"]["k"]["v"] == {
+        "expected": 1.0,
+        "actual": 1,
+    }
 
 
-values = st.one_of(st.none(), st.integers(-2**62, 2**62), st.floats(allow_nan=False), st.text(max_size=30),
-                   st.binary(max_size=10))
+values = st.one_of(
+    st.none(), st.integers(-(2**62), 2**62), st.floats(allow_nan=False), st.text(max_size=30), st.binary(max_size=10)
+)
 
 
 @given(st.lists(st.tuples(st.integers(0, 50), values), max_size=30, unique_by=lambda t: t[0]))

@@ -57,8 +57,12 @@ def test_observations_show_each_seat_its_own_view(env):
     env.step(call("get_item", item_id="widget"))  # a tool call keeps the turn
     assert env.agent_selection == "agent"
     agent_obs = env.observe("agent")
-    assert agent_obs["messages"][-1] == {"role": "tool", "tool_call_id": "call_2_0", "name": "get_item",
-                                         "content": "widget: 3"}
+    assert agent_obs["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_2_0",
+        "name": "get_item",
+        "content": "widget: 3",
+    }
     assert "get_item" in [t["function"]["name"] for t in agent_obs["tools"]]
     assert "secret_restock_1234" not in [t["function"]["name"] for t in agent_obs["tools"]]
     env.step(say("Done."))
@@ -137,10 +141,16 @@ def test_model_errors_become_tool_messages(env):
     env.reset(options={"task_id": "restock"})
     env.step(say("hi"))
     d0 = env.db_digest()
-    env.step({"role": "assistant", "tool_calls": [
-        {"id": "a", "function": {"name": "add_stock", "arguments": "{oops"}},
-        {"id": "b", "function": {"name": "nope", "arguments": "{}"}},
-        {"id": "c", "function": {"name": "add_stock", "arguments": '{"item_id": "widget", "qty": "5"}'}}]})
+    env.step(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "a", "function": {"name": "add_stock", "arguments": "{oops"}},
+                {"id": "b", "function": {"name": "nope", "arguments": "{}"}},
+                {"id": "c", "function": {"name": "add_stock", "arguments": '{"item_id": "widget", "qty": "5"}'}},
+            ],
+        }
+    )
     tail = env.observe("agent")["messages"][-3:]
     assert [m["tool_call_id"] for m in tail] == ["a", "b", "c"]
     assert all(m["content"].startswith("Error: ") for m in tail)

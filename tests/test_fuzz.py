@@ -11,24 +11,58 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tau_env
-from tau_env import RandomAgent, ScriptedUser, run_episode
+from tau_env import RandomAgent
 from tau_env.error import InvalidActionError
 
-HOSTILE = ["'; DROP TABLE accounts; --", "\" OR 1=1 --", "(a+)+$", "[[[", "\\", "%s%n", "\x00", "ünïcødé ✓ 名前 🙂",
-           "\u202e", "A" * 20_000, "", " ", "null", "NaN", "1e400", "-0", "CHK-", "C-1001' --"]
+HOSTILE = [
+    "'; DROP TABLE accounts; --",
+    '" OR 1=1 --',
+    "(a+)+$",
+    "[[[",
+    "\\",
+    "%s%n",
+    "\x00",
+    "ünïcødé ✓ 名前 🙂",
+    "\u202e",
+    "A" * 20_000,
+    "",
+    " ",
+    "null",
+    "NaN",
+    "1e400",
+    "-0",
+    "CHK-",
+    "C-1001' --",
+]
 
 env = tau_env.make("harbor-bank-v0", max_steps=10_000)
 env.reset(seed=0)
-IDS = [r[0] for t, col in (("customers", "customer_id"), ("accounts", "account_id"), ("cards", "card_id"),
-                           ("transactions", "txn_id")) for r in env.db.conn.execute(f"SELECT {col} FROM {t} LIMIT 8")]
+IDS = [
+    r[0]
+    for t, col in (
+        ("customers", "customer_id"),
+        ("accounts", "account_id"),
+        ("cards", "card_id"),
+        ("transactions", "txn_id"),
+    )
+    for r in env.db.conn.execute(f"SELECT {col} FROM {t} LIMIT 8")
+]
 TOOLS = {t.name: t for t in env.toolbox.tools.values()}
 AGENT_TOOLS = sorted(n for n, t in TOOLS.items() if t.side == "agent")
 
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=False),
-                         st.text(max_size=40), st.sampled_from(HOSTILE + IDS))
-json_values = st.recursive(json_scalars, lambda c: st.one_of(st.lists(c, max_size=3),
-                                                              st.dictionaries(st.text(max_size=8), c, max_size=3)),
-                           max_leaves=6)
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=False),
+    st.text(max_size=40),
+    st.sampled_from(HOSTILE + IDS),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=8), c, max_size=3)),
+    max_leaves=6,
+)
 
 
 @st.composite
@@ -59,28 +93,43 @@ def actions(draw):
         return draw(st.text(max_size=200))  # plain text is a message
     if kind == 1:
         return {"role": "assistant", "content": draw(st.sampled_from(HOSTILE))}
-    name = draw(st.one_of(st.sampled_from(AGENT_TOOLS + ["unlock_tool"] * 3), st.text(max_size=20),
-                          st.sampled_from(["", "approve_wire_in_app", "DROP TABLE", "get_customer "])))
-    raw = draw(st.one_of(
-        tool_args(name).map(lambda a: json.dumps(a, ensure_ascii=False)),
-        tool_args(name),  # a dict instead of a JSON string
-        st.sampled_from(["{", "[1,2]", "null", "\"x\"", "{\"a\":}", "", "{}" * 3]),
-    ))
+    name = draw(
+        st.one_of(
+            st.sampled_from(AGENT_TOOLS + ["unlock_tool"] * 3),
+            st.text(max_size=20),
+            st.sampled_from(["", "approve_wire_in_app", "DROP TABLE", "get_customer "]),
+        )
+    )
+    raw = draw(
+        st.one_of(
+            tool_args(name).map(lambda a: json.dumps(a, ensure_ascii=False)),
+            tool_args(name),  # a dict instead of a JSON string
+            st.sampled_from(["{", "[1,2]", "null", '"x"', '{"a":}', "", "{}" * 3]),
+        )
+    )
     if name == "unlock_tool" and draw(st.booleans()):
         raw = json.dumps({"tool_name": draw(st.sampled_from([n for n, t in TOOLS.items() if t.discoverable]))})
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "f", "type": "function", "function": {"name": name, "arguments": raw}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "f", "type": "function", "function": {"name": name, "arguments": raw}}],
+    }
 
 
-not_messages = st.one_of(st.integers(), st.none(), st.lists(st.integers(), max_size=2),
-                         st.fixed_dictionaries({"role": st.sampled_from(["user", "tool", "system"])}),
-                         st.fixed_dictionaries({"role": st.just("assistant"), "tool_calls": st.integers()}))
+not_messages = st.one_of(
+    st.integers(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "tool", "system"])}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "tool_calls": st.integers()}),
+)
 
 
 def _verify_someone(e):
     row = e.db.conn.execute("SELECT customer_id, date_of_birth, substr(phone, -4) FROM customers").fetchone()
-    e.toolbox.call(e._ctx, "agent", "verify_identity",
-                   {"customer_id": row[0], "date_of_birth": row[1], "phone_last4": row[2]})
+    e.toolbox.call(
+        e._ctx, "agent", "verify_identity", {"customer_id": row[0], "date_of_birth": row[1], "phone_last4": row[2]}
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

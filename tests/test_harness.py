@@ -18,8 +18,9 @@ def test_pass_hat_k_formula():
     assert math.isnan(pass_hat_k([1], [1], 2))
 
 
-@given(st.lists(st.tuples(st.integers(0, 8), st.integers(1, 8)).map(lambda t: (min(t), max(t))), min_size=1,
-                max_size=6))
+@given(
+    st.lists(st.tuples(st.integers(0, 8), st.integers(1, 8)).map(lambda t: (min(t), max(t))), min_size=1, max_size=6)
+)
 def test_pass_hat_k_is_monotone_and_bounded(tasks):
     c, n = zip(*tasks)
     vals = [pass_hat_k(c, n, k) for k in range(1, min(n) + 1)]
@@ -28,8 +29,10 @@ def test_pass_hat_k_is_monotone_and_bounded(tasks):
 
 
 def test_compute_metrics_standard_error():
-    rows = [{"task_id": t, "reward": r, "termination_reason": "user_stop", "steps": 2, "tool_calls": 1,
-             "tool_errors": 0} for t, r in [("a", 1), ("a", 0), ("b", 1), ("b", 1)]]
+    rows = [
+        {"task_id": t, "reward": r, "termination_reason": "user_stop", "steps": 2, "tool_calls": 1, "tool_errors": 0}
+        for t, r in [("a", 1), ("a", 0), ("b", 1), ("b", 1)]
+    ]
     m = compute_metrics(rows)
     assert m["pass@1"] == 0.75 and m["trials"] == 2
     # per-task means 0.5 and 1.0: sd 0.3536 over 2 tasks -> s.e. 0.25
@@ -66,8 +69,9 @@ def test_async_matches_sync_and_accepts_async_policies(domain):
 
     sync = evaluate(lambda: TauEnv(domain), OracleAgent, ScriptedUser, trials=2, seed=3)
     run = asyncio.run(aevaluate(lambda: TauEnv(domain), AsyncOracle, ScriptedUser, trials=2, seed=3, concurrency=4))
-    assert [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in run.results] == \
-        [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in sync.results]
+    assert [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in run.results] == [
+        (r.task_id, r.trial, r.seed, r.reward, r.events) for r in sync.results
+    ]
 
 
 def test_evaluate_rejects_unknown_task(domain):

@@ -6,7 +6,7 @@ from tau_env.error import RegistrationError, UnknownEnvError
 
 
 def test_make_unknown_suggests():
-    with pytest.raises(UnknownEnvError, match='No environment \'harbor-bank-v1\'.*Did you mean "harbor-bank-v0"'):
+    with pytest.raises(UnknownEnvError, match="No environment 'harbor-bank-v1'.*Did you mean \"harbor-bank-v0\""):
         tau_env.make("harbor-bank-v1")
 
 

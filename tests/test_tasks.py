@@ -9,12 +9,24 @@ from tau_env.error import TaskError
 
 text = st.text(min_size=1, max_size=20)
 task_strategy = st.builds(
-    lambda i, reqs, facts, actions, flag: Task.model_validate({
-        "id": f"t{i}", "scenario": {"requests": reqs, "facts": facts}, "actions": actions, "expect_no_change": flag}),
-    st.integers(0, 10**6), st.lists(text, min_size=1, max_size=3), st.dictionaries(text, text, max_size=3),
-    st.lists(st.fixed_dictionaries({"name": text, "arguments": st.dictionaries(text, st.integers() | text, max_size=2),
-                                    "requestor": st.sampled_from(["agent", "user"])}), max_size=4),
-    st.booleans())
+    lambda i, reqs, facts, actions, flag: Task.model_validate(
+        {"id": f"t{i}", "scenario": {"requests": reqs, "facts": facts}, "actions": actions, "expect_no_change": flag}
+    ),
+    st.integers(0, 10**6),
+    st.lists(text, min_size=1, max_size=3),
+    st.dictionaries(text, text, max_size=3),
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "name": text,
+                "arguments": st.dictionaries(text, st.integers() | text, max_size=2),
+                "requestor": st.sampled_from(["agent", "user"]),
+            }
+        ),
+        max_size=4,
+    ),
+    st.booleans(),
+)
 
 
 @given(st.lists(task_strategy, max_size=5, unique_by=lambda t: t.id), st.sampled_from([".json", ".jsonl"]))
@@ -30,13 +42,19 @@ def test_single_task_json(tmp_path):
     assert load_tasks(p)[0].id == "a"
 
 
-@pytest.mark.parametrize("content,match", [
-    ("{", "invalid JSON"),
-    ('[{"id": "a"}]', "scenario"),
-    ('[{"id": "a", "scenario": {"requests": []}}]', "requests"),
-    ('[{"id": "a", "scenario": {"requests": ["x"]}, "bogus": 1}]', "bogus"),
-    ('[{"id": "a", "scenario": {"requests": ["x"]}}, {"id": "a", "scenario": {"requests": ["y"]}}]', "share the id"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ("{", "invalid JSON"),
+        ('[{"id": "a"}]', "scenario"),
+        ('[{"id": "a", "scenario": {"requests": []}}]', "requests"),
+        ('[{"id": "a", "scenario": {"requests": ["x"]}, "bogus": 1}]', "bogus"),
+        (
+            '[{"id": "a", "scenario": {"requests": ["x"]}}, {"id": "a", "scenario": {"requests": ["y"]}}]',
+            "share the id",
+        ),
+    ],
+)
 def test_bad_task_files(tmp_path, content, match):
     p = tmp_path / "tasks.json"
     p.write_text(content)

@@ -8,8 +8,16 @@ from tau_env.tools import ArgumentError, Toolbox, parse_docstring
 
 
 @tool(kind="write")
-def sample(ctx, name: str, count: int = 1, ratio: float = 0.5, flag: bool = False,
-           color: Literal["red", "blue"] = "red", tags: list[str] | None = None, note: str | None = None) -> str:
+def sample(
+    ctx,
+    name: str,
+    count: int = 1,
+    ratio: float = 0.5,
+    flag: bool = False,
+    color: Literal["red", "blue"] = "red",
+    tags: list[str] | None = None,
+    note: str | None = None,
+) -> str:
     """Do a sample thing.
 
     More detail that is still description.
@@ -40,23 +48,26 @@ def test_schema_from_signature_and_docstring():
     assert sample.kind == "write" and sample.side == "agent"
 
 
-@pytest.mark.parametrize("args,match", [
-    ({}, "Missing required argument 'name' for tool 'sample' \\(string\\)"),
-    ({"name": 3}, "Argument 'name' must be a string, got integer 3"),
-    ({"name": "x", "count": "2"}, "Argument 'count' must be an integer, got string \"2\""),
-    ({"name": "x", "count": 2.5}, "must be an integer, got number 2.5"),
-    ({"name": "x", "count": True}, "must be an integer, got boolean true"),
-    ({"name": "x", "ratio": "a"}, "must be a number"),
-    ({"name": "x", "ratio": float("inf")}, "finite"),
-    ({"name": "x", "flag": 1}, "must be true or false"),
-    ({"name": "x", "color": "green"}, 'must be one of "red", "blue"; got "green"'),
-    ({"name": "x", "color": "rde"}, 'Did you mean "red"'),
-    ({"name": "x", "tags": "a"}, "must be an array"),
-    ({"name": "x", "tags": [1]}, r"Argument 'tags\[0\]' must be a string"),
-    ({"name": "x", "nmae": 1}, "Unexpected argument 'nmae' for tool 'sample'.*Did you mean \"name\""),
-    ({"name": "x" * 9000}, "too long"),
-    ({"name": "x", "count": 10**30}, "out of range"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ({}, "Missing required argument 'name' for tool 'sample' \\(string\\)"),
+        ({"name": 3}, "Argument 'name' must be a string, got integer 3"),
+        ({"name": "x", "count": "2"}, "Argument 'count' must be an integer, got string \"2\""),
+        ({"name": "x", "count": 2.5}, "must be an integer, got number 2.5"),
+        ({"name": "x", "count": True}, "must be an integer, got boolean true"),
+        ({"name": "x", "ratio": "a"}, "must be a number"),
+        ({"name": "x", "ratio": float("inf")}, "finite"),
+        ({"name": "x", "flag": 1}, "must be true or false"),
+        ({"name": "x", "color": "green"}, 'must be one of "red", "blue"; got "green"'),
+        ({"name": "x", "color": "rde"}, 'Did you mean "red"'),
+        ({"name": "x", "tags": "a"}, "must be an array"),
+        ({"name": "x", "tags": [1]}, r"Argument 'tags\[0\]' must be a string"),
+        ({"name": "x", "nmae": 1}, "Unexpected argument 'nmae' for tool 'sample'.*Did you mean \"name\""),
+        ({"name": "x" * 9000}, "too long"),
+        ({"name": "x", "count": 10**30}, "out of range"),
+    ],
+)
 def test_validation_errors_say_what_and_how(args, match):
     with pytest.raises(ArgumentError, match=match):
         sample.validate(args)
@@ -72,6 +83,7 @@ def test_definition_errors():
     with pytest.raises(ToolDefinitionError, match="add a docstring"):
         tool(lambda ctx, a: a)
     with pytest.raises(ToolDefinitionError, match="needs a type hint"):
+
         @tool
         def f(ctx, a):
             """Doc.
@@ -79,11 +91,15 @@ def test_definition_errors():
             Args:
                 a: A.
             """
+
     with pytest.raises(ToolDefinitionError, match="document parameter 'b'"):
+
         @tool
         def g(ctx, b: int):
             """Doc."""
+
     with pytest.raises(ToolDefinitionError, match="unsupported parameter type"):
+
         @tool
         def h(ctx, c: complex):
             """Doc.
@@ -91,10 +107,13 @@ def test_definition_errors():
             Args:
                 c: C.
             """
+
     with pytest.raises(ToolDefinitionError, match="only agent tools can be discoverable"):
+
         @tool(side="user", discoverable=True)
         def i(ctx):
             """Doc."""
+
     with pytest.raises(ToolDefinitionError, match="Two tools are named"):
         Toolbox([sample, sample])
 

@@ -5,7 +5,8 @@ from tau_env.registry import registry
 
 def _register_builtins() -> None:
     registry.register(
-        "harbor-bank-v0", "tau_env.domains.harbor_bank:load",
+        "harbor-bank-v0",
+        "tau_env.domains.harbor_bank:load",
         description="Harbor Bank: the small shipped bank (embedded default and worked example).",
     )
 

@@ -20,8 +20,7 @@ import numpy as np
 
 from tau_env.error import DomainError, ToolError
 
-__all__ = ["Document", "KnowledgeBase", "BM25Index", "SearchHit", "tokenize", "grep", "rrf_fuse",
-           "load_documents"]
+__all__ = ["Document", "KnowledgeBase", "BM25Index", "SearchHit", "tokenize", "grep", "rrf_fuse", "load_documents"]
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:[_'][a-z0-9]+)*")
 STOPWORDS = frozenset(
@@ -58,7 +57,8 @@ class SearchHit:
 
 def load_documents(path: str | Path) -> list[Document]:
     """Load documents from a folder of ``*.md`` (title = first ``# `` line, id = file stem) and
-    ``*.json`` (``{"id", "title", "content"}``) files, sorted by file name."""
+    ``*.json`` (``{"id", "title", "content"}``) files, sorted by file name.
+    """
     root = Path(path)
     if not root.is_dir():
         raise DomainError(f"Expected a folder of documents at {root}, found none.")
@@ -82,8 +82,9 @@ def load_documents(path: str | Path) -> list[Document]:
 class BM25Index:
     """BM25 (Okapi) over a list of token lists, with deterministic top-k."""
 
-    def __init__(self, corpus_tokens: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75,
-                 method: str = "lucene"):
+    def __init__(
+        self, corpus_tokens: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75, method: str = "lucene"
+    ):
         import bm25s  # light: numpy only; imported here so `import tau_env` stays fast
 
         self.n = len(corpus_tokens)
@@ -133,8 +134,14 @@ MAX_PATTERN = 300
 GREP_TIMEOUT = 0.2
 
 
-def grep(docs: Sequence[Document], pattern: str, *, ignore_case: bool = True, max_matches: int = 50,
-         timeout: float = GREP_TIMEOUT) -> list[tuple[str, int, str]]:
+def grep(
+    docs: Sequence[Document],
+    pattern: str,
+    *,
+    ignore_case: bool = True,
+    max_matches: int = 50,
+    timeout: float = GREP_TIMEOUT,
+) -> list[tuple[str, int, str]]:
     """Regex search line by line; returns ``(doc_id, line_number, line)``.
 
     Uses the ``regex`` engine with a time budget, so a pathological pattern such as ``(a+)+$``
@@ -211,7 +218,10 @@ class KnowledgeBase:
         return self.dense().search(query, k)
 
     def search_hybrid(self, query: str, k: int = 5, depth: int = 50) -> list[SearchHit]:
-        lists = [[h.doc_id for h in self.search_bm25(query, depth)], [h.doc_id for h in self.search_dense(query, depth)]]
+        lists = [
+            [h.doc_id for h in self.search_bm25(query, depth)],
+            [h.doc_id for h in self.search_dense(query, depth)],
+        ]
         return [SearchHit(d, s) for d, s in rrf_fuse(lists)[:k]]
 
     def search(self, query: str, k: int = 5, method: str = "bm25") -> list[SearchHit]:

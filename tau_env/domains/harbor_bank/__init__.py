@@ -1,5 +1,6 @@
 """Harbor Bank: the small bank shipped with tau_env, the embedded default and the worked example
-of a domain (see docs/writing_a_domain.md). Its data lives next to this file."""
+of a domain (see docs/writing_a_domain.md). Its data lives next to this file.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tau_env.domains.harbor_bank.tools import TOOLS
 ROOT = Path(__file__).parent
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load() -> Domain:
     return load_domain_dir(ROOT, TOOLS)
 

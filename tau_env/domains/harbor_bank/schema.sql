@@ -99,3 +99,10 @@ CREATE TABLE verifications (
     customer_id     TEXT NOT NULL REFERENCES customers (customer_id),
     verified_at     TEXT NOT NULL
 ) STRICT;
+
+-- One row per hand-off to a human colleague (the reason is graded; the free-text summary is not).
+CREATE TABLE handoffs (
+    handoff_id   TEXT PRIMARY KEY,
+    reason       TEXT NOT NULL,
+    requested_at TEXT NOT NULL
+) STRICT;

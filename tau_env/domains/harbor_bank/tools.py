@@ -21,13 +21,26 @@ from typing import Any, Literal
 from tau_env.error import ToolError
 from tau_env.tools import ToolContext, tool
 
-PRODUCTS = ("everyday_checking", "premier_checking", "student_checking", "basic_savings",
-            "high_yield_savings", "cd_12_month")
+PRODUCTS = (
+    "everyday_checking",
+    "premier_checking",
+    "student_checking",
+    "basic_savings",
+    "high_yield_savings",
+    "cd_12_month",
+)
 CHECKING = ("everyday_checking", "premier_checking", "student_checking")
 #: The absolute ceiling of a card's daily limit; the documents set lower limits per tier.
 MAX_DAILY_LIMIT_CENTS = 1_000_000
-TRANSFER_REASONS = ("fraud_or_security", "account_closure_dispute", "complaint", "legal_or_estate",
-                    "customer_requests_human", "out_of_policy_request", "other")
+TRANSFER_REASONS = (
+    "fraud_or_security",
+    "account_closure_dispute",
+    "complaint",
+    "legal_or_estate",
+    "customer_requests_human",
+    "out_of_policy_request",
+    "other",
+)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -51,8 +64,9 @@ def _dollars(cents: int) -> str:
 
 def _require_verified(ctx: ToolContext, customer_id: str) -> None:
     if not ctx.conn.execute("SELECT 1 FROM verifications WHERE customer_id = ?", (customer_id,)).fetchone():
-        raise ToolError(f"Customer '{customer_id}' has not been verified in this conversation; "
-                        "call verify_identity first.")
+        raise ToolError(
+            f"Customer '{customer_id}' has not been verified in this conversation; call verify_identity first."
+        )
 
 
 def _open_account(ctx: ToolContext, account_id: str) -> dict[str, Any]:
@@ -72,15 +86,29 @@ def _unique_id(ctx: ToolContext, table: str, key: str, prefix: str, *parts: Any)
     return candidate
 
 
-def _post(ctx: ToolContext, account_id: str, description: str, amount_cents: int, category: str,
-          status: str = "posted") -> str:
+def _post(
+    ctx: ToolContext, account_id: str, description: str, amount_cents: int, category: str, status: str = "posted"
+) -> str:
     txn_id = _unique_id(ctx, "transactions", "txn_id", "TX-", account_id, description, amount_cents, category)
-    ctx.conn.execute("INSERT INTO transactions VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (txn_id, account_id, ctx.today(), description, amount_cents, category, status))
+    ctx.conn.execute(
+        "INSERT INTO transactions VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (txn_id, account_id, ctx.today(), description, amount_cents, category, status),
+    )
     if status == "posted":
-        ctx.conn.execute("UPDATE accounts SET balance_cents = balance_cents + ? WHERE account_id = ?",
-                         (amount_cents, account_id))
+        ctx.conn.execute(
+            "UPDATE accounts SET balance_cents = balance_cents + ? WHERE account_id = ?", (amount_cents, account_id)
+        )
     return txn_id
+
+
+def _matured(acct: dict[str, Any], ctx: ToolContext) -> bool:
+    """A 12-month CD matures on the anniversary of its opening date."""
+    opened = date.fromisoformat(acct["opened_on"])
+    try:
+        maturity = opened.replace(year=opened.year + 1)
+    except ValueError:  # opened on 29 February
+        maturity = opened.replace(year=opened.year + 1, day=28)
+    return ctx.now.date() >= maturity
 
 
 def _iso(value: str, name: str) -> date:
@@ -105,8 +133,11 @@ def find_customer(ctx: ToolContext, full_name: str, date_of_birth: str) -> str:
         full_name: The customer's full name, e.g. "Maria Lopez".
         date_of_birth: Date of birth as YYYY-MM-DD.
     """
-    rows = _rows(ctx.conn, "SELECT customer_id, full_name FROM customers WHERE lower(full_name) = lower(?) "
-                 "AND date_of_birth = ?", full_name.strip(), date_of_birth.strip())
+    wanted = " ".join(full_name.split()).casefold()  # casefold, not SQL lower(): names are not all ASCII
+    candidates = _rows(
+        ctx.conn, "SELECT customer_id, full_name FROM customers WHERE date_of_birth = ?", date_of_birth.strip()
+    )
+    rows = [r for r in candidates if " ".join(r["full_name"].split()).casefold() == wanted]
     if not rows:
         return "No customer matches that name and date of birth."
     return json.dumps(rows)
@@ -122,12 +153,18 @@ def verify_identity(ctx: ToolContext, customer_id: str, date_of_birth: str, phon
         phone_last4: Last four digits of the phone number on file, as the caller gave them.
     """
     cust = _one(ctx.conn, "customers", "customer_id", customer_id, "Customer")
-    if cust["date_of_birth"] != date_of_birth.strip() or not cust["phone"].endswith(phone_last4.strip()) \
-            or len(phone_last4.strip()) != 4:
-        raise ToolError("Verification failed: the details do not match our records. Do not disclose account "
-                        "information.")
-    ctx.conn.execute("INSERT OR IGNORE INTO verifications VALUES (?, ?, ?)",
-                     (ctx.make_id("VER-", customer_id), customer_id, ctx.now.isoformat(sep=" ")))
+    if (
+        cust["date_of_birth"] != date_of_birth.strip()
+        or not cust["phone"].endswith(phone_last4.strip())
+        or len(phone_last4.strip()) != 4
+    ):
+        raise ToolError(
+            "Verification failed: the details do not match our records. Do not disclose account information."
+        )
+    ctx.conn.execute(
+        "INSERT OR IGNORE INTO verifications VALUES (?, ?, ?)",
+        (ctx.make_id("VER-", customer_id), customer_id, ctx.now.isoformat(sep=" ")),
+    )
     return f"Identity verified for {cust['full_name']} ({customer_id})."
 
 
@@ -163,8 +200,14 @@ def list_transactions(ctx: ToolContext, account_id: str, limit: int = 20) -> str
     if not 1 <= limit <= 100:
         raise ToolError(f"limit must be between 1 and 100, got {limit}.")
     _one(ctx.conn, "accounts", "account_id", account_id, "Account")
-    return json.dumps(_rows(ctx.conn, "SELECT * FROM transactions WHERE account_id = ? "
-                                      "ORDER BY posted_on DESC, txn_id DESC LIMIT ?", account_id, limit))
+    return json.dumps(
+        _rows(
+            ctx.conn,
+            "SELECT * FROM transactions WHERE account_id = ? ORDER BY posted_on DESC, txn_id DESC LIMIT ?",
+            account_id,
+            limit,
+        )
+    )
 
 
 @tool
@@ -185,13 +228,34 @@ def list_fee_refunds(ctx: ToolContext, customer_id: str) -> str:
     Args:
         customer_id: The customer's id.
     """
-    return json.dumps(_rows(ctx.conn, "SELECT f.* FROM fee_refunds f JOIN accounts a USING (account_id) "
-                                      "WHERE a.customer_id = ? ORDER BY f.refunded_on, f.refund_id", customer_id))
+    return json.dumps(
+        _rows(
+            ctx.conn,
+            "SELECT f.* FROM fee_refunds f JOIN accounts a USING (account_id) "
+            "WHERE a.customer_id = ? ORDER BY f.refunded_on, f.refund_id",
+            customer_id,
+        )
+    )
+
+
+@tool
+def list_wires(ctx: ToolContext, customer_id: str) -> str:
+    """List the wires from a customer's accounts, including ones still awaiting approval.
+
+    Args:
+        customer_id: The customer's id.
+    """
+    sql = (
+        "SELECT w.* FROM wires w JOIN accounts a USING (account_id) WHERE a.customer_id = ? "
+        "ORDER BY w.created_on, w.wire_id"
+    )
+    return json.dumps(_rows(ctx.conn, sql, customer_id))
 
 
 @tool(kind="write")
-def update_contact_info(ctx: ToolContext, customer_id: str, email: str | None = None, phone: str | None = None,
-                        address: str | None = None) -> str:
+def update_contact_info(
+    ctx: ToolContext, customer_id: str, email: str | None = None, phone: str | None = None, address: str | None = None
+) -> str:
     """Change a verified customer's email, phone number or postal address.
 
     Args:
@@ -231,7 +295,7 @@ def transfer_funds(ctx: ToolContext, from_account_id: str, to_account_id: str, a
     if src["customer_id"] != dst["customer_id"]:
         raise ToolError("Both accounts must belong to the same customer.")
     _require_verified(ctx, src["customer_id"])
-    if src["product"] == "cd_12_month":
+    if src["product"] == "cd_12_month" and not _matured(src, ctx):
         raise ToolError("Money cannot be moved out of a certificate of deposit before maturity.")
     if src["balance_cents"] < amount_cents:
         raise ToolError(f"Insufficient funds: {from_account_id} holds {_dollars(src['balance_cents'])}.")
@@ -274,7 +338,7 @@ def unlock_card(ctx: ToolContext, card_id: str) -> str:
     return f"Card {card_id} is active again."
 
 
-@tool(ends_episode=True)
+@tool(kind="write", ends_episode=True)
 def transfer_to_human(ctx: ToolContext, summary: str, reason: Literal[TRANSFER_REASONS]) -> str:  # type: ignore[valid-type]
     """Hand the conversation to a human colleague; only when the policy requires it. Ends the chat.
 
@@ -282,11 +346,24 @@ def transfer_to_human(ctx: ToolContext, summary: str, reason: Literal[TRANSFER_R
         summary: A short summary of the customer's issue for the colleague.
         reason: Why the transfer is needed.
     """
+    # The hand-off is recorded (reason only), so a transfer with the wrong reason, or none, is graded.
+    ctx.conn.execute(
+        "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?)",
+        (ctx.make_id("HO-", reason), reason, ctx.now.isoformat(sep=" ")),
+    )
     return f"Transfer requested ({reason}). A colleague will join shortly."
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Mod: operator.mod, ast.FloorDiv: operator.floordiv, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Mod: operator.mod,
+    ast.FloorDiv: operator.floordiv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 
 
 def _eval(node: ast.AST) -> float:
@@ -340,14 +417,21 @@ def refund_fee(ctx: ToolContext, account_id: str, fee_txn_id: str, reason: str) 
     amount = -txn["amount_cents"]
     ctx.conn.execute("UPDATE transactions SET status = 'reversed' WHERE txn_id = ?", (fee_txn_id,))
     _post(ctx, account_id, f"Refund of fee {fee_txn_id}", amount, "refund")
-    ctx.conn.execute("INSERT INTO fee_refunds VALUES (?, ?, ?, ?, ?, ?)",
-                     (ctx.make_id("FR-", fee_txn_id), fee_txn_id, account_id, amount, reason.strip(), ctx.today()))
+    ctx.conn.execute(
+        "INSERT INTO fee_refunds VALUES (?, ?, ?, ?, ?, ?)",
+        (ctx.make_id("FR-", fee_txn_id), fee_txn_id, account_id, amount, reason.strip(), ctx.today()),
+    )
     return f"Refunded {_dollars(amount)} for fee {fee_txn_id} to {account_id}."
 
 
 @tool(name="open_account_2291", kind="write", discoverable=True)
-def open_account(ctx: ToolContext, customer_id: str, product: Literal[PRODUCTS],  # type: ignore[valid-type]
-                 initial_deposit_cents: int, funding_account_id: str) -> str:
+def open_account(
+    ctx: ToolContext,
+    customer_id: str,
+    product: Literal[PRODUCTS],  # type: ignore[valid-type]
+    initial_deposit_cents: int,
+    funding_account_id: str,
+) -> str:
     """Open a new account for a verified customer, funded by a transfer from one of their open accounts.
 
     Args:
@@ -367,8 +451,10 @@ def open_account(ctx: ToolContext, customer_id: str, product: Literal[PRODUCTS],
         raise ToolError(f"Insufficient funds in {funding_account_id}.")
     prefix = "CHK-" if product in CHECKING else ("CD-" if product == "cd_12_month" else "SAV-")
     account_id = _unique_id(ctx, "accounts", "account_id", prefix, customer_id, product)
-    ctx.conn.execute("INSERT INTO accounts VALUES (?, ?, ?, 'open', 0, ?, NULL, NULL)",
-                     (account_id, customer_id, product, ctx.today()))
+    ctx.conn.execute(
+        "INSERT INTO accounts VALUES (?, ?, ?, 'open', 0, ?, NULL, NULL)",
+        (account_id, customer_id, product, ctx.today()),
+    )
     _post(ctx, funding_account_id, f"Opening deposit to {account_id}", -initial_deposit_cents, "transfer")
     _post(ctx, account_id, f"Opening deposit from {funding_account_id}", initial_deposit_cents, "transfer")
     return f"Opened {product} account {account_id} with {_dollars(initial_deposit_cents)}."
@@ -385,19 +471,28 @@ def close_account(ctx: ToolContext, account_id: str, reason: str) -> str:
     acct = _open_account(ctx, account_id)
     _require_verified(ctx, acct["customer_id"])
     if acct["balance_cents"] != 0:
-        raise ToolError(f"Account {account_id} holds {_dollars(acct['balance_cents'])}; its balance must be zero "
-                        "before it can be closed.")
-    ctx.conn.execute("UPDATE accounts SET status = 'closed', closed_reason = ? WHERE account_id = ?",
-                     (reason.strip(), account_id))
-    ctx.conn.execute("UPDATE cards SET status = 'cancelled' WHERE account_id = ? AND status IN ('active', 'locked')",
-                     (account_id,))
+        raise ToolError(
+            f"Account {account_id} holds {_dollars(acct['balance_cents'])}; its balance must be zero "
+            "before it can be closed."
+        )
+    ctx.conn.execute(
+        "UPDATE accounts SET status = 'closed', closed_reason = ? WHERE account_id = ?", (reason.strip(), account_id)
+    )
+    ctx.conn.execute(
+        "UPDATE cards SET status = 'cancelled' WHERE account_id = ? AND status IN ('active', 'locked')", (account_id,)
+    )
     ctx.conn.execute("UPDATE accounts SET overdraft_link = NULL WHERE overdraft_link = ?", (account_id,))
     return f"Account {account_id} is closed."
 
 
 @tool(name="replace_card_5120", kind="write", discoverable=True)
-def replace_card(ctx: ToolContext, card_id: str, reason: Literal["lost", "stolen", "damaged"],
-                 shipping: Literal["standard", "expedited"], fee_cents: int) -> str:
+def replace_card(
+    ctx: ToolContext,
+    card_id: str,
+    reason: Literal["lost", "stolen", "damaged"],
+    shipping: Literal["standard", "expedited"],
+    fee_cents: int,
+) -> str:
     """Order a replacement debit card; the old card stops working at once.
 
     Args:
@@ -416,21 +511,26 @@ def replace_card(ctx: ToolContext, card_id: str, reason: Literal["lost", "stolen
     last4 = str(int(ctx.make_id("", new_id, "last4", n=8), 16) % 10000).zfill(4)
     old_status = {"lost": "lost", "stolen": "stolen", "damaged": "cancelled"}[reason]
     ctx.conn.execute("UPDATE cards SET status = ? WHERE card_id = ?", (old_status, card_id))
-    ctx.conn.execute("INSERT INTO cards VALUES (?, ?, ?, ?, 'active', ?, ?, ?)",
-                     (new_id, card["account_id"], card["customer_id"], last4, card["daily_limit_cents"],
-                      ctx.today(), card_id))
-    ctx.conn.execute("INSERT INTO card_orders VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (ctx.make_id("ORD-", card_id), card_id, new_id, card["customer_id"], reason, shipping,
-                      fee_cents, ctx.today()))
+    ctx.conn.execute(
+        "INSERT INTO cards VALUES (?, ?, ?, ?, 'active', ?, ?, ?)",
+        (new_id, card["account_id"], card["customer_id"], last4, card["daily_limit_cents"], ctx.today(), card_id),
+    )
+    ctx.conn.execute(
+        "INSERT INTO card_orders VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (ctx.make_id("ORD-", card_id), card_id, new_id, card["customer_id"], reason, shipping, fee_cents, ctx.today()),
+    )
     if fee_cents:
         _post(ctx, card["account_id"], f"Card replacement fee ({shipping})", -fee_cents, "fee")
     return f"Card {card_id} marked {old_status}; new card {new_id} (ending {last4}) ships {shipping}."
 
 
 @tool(name="file_dispute_6604", kind="write", discoverable=True)
-def file_dispute(ctx: ToolContext, txn_id: str,
-                 reason: Literal["unauthorized", "duplicate", "not_received", "wrong_amount"],
-                 provisional_credit_cents: int) -> str:
+def file_dispute(
+    ctx: ToolContext,
+    txn_id: str,
+    reason: Literal["unauthorized", "duplicate", "not_received", "wrong_amount"],
+    provisional_credit_cents: int,
+) -> str:
     """Open a dispute on a card purchase and post the provisional credit the dispute policy allows.
 
     Args:
@@ -449,11 +549,14 @@ def file_dispute(ctx: ToolContext, txn_id: str,
         raise ToolError("provisional_credit_cents must be between 0 and the purchase amount.")
     ctx.conn.execute("UPDATE transactions SET status = 'disputed' WHERE txn_id = ?", (txn_id,))
     dispute_id = ctx.make_id("DSP-", txn_id)
-    ctx.conn.execute("INSERT INTO disputes VALUES (?, ?, ?, ?, 'open', ?, ?)",
-                     (dispute_id, txn_id, acct["customer_id"], reason, provisional_credit_cents, ctx.today()))
+    ctx.conn.execute(
+        "INSERT INTO disputes VALUES (?, ?, ?, ?, 'open', ?, ?)",
+        (dispute_id, txn_id, acct["customer_id"], reason, provisional_credit_cents, ctx.today()),
+    )
     if provisional_credit_cents:
-        _post(ctx, acct["account_id"], f"Provisional credit for dispute {dispute_id}", provisional_credit_cents,
-              "credit")
+        _post(
+            ctx, acct["account_id"], f"Provisional credit for dispute {dispute_id}", provisional_credit_cents, "credit"
+        )
     return f"Dispute {dispute_id} opened for {txn_id}; provisional credit {_dollars(provisional_credit_cents)}."
 
 
@@ -474,9 +577,16 @@ def set_travel_notice(ctx: ToolContext, customer_id: str, destination: str, star
         raise ToolError("end_date is before start_date.")
     if not destination.strip():
         raise ToolError("destination cannot be empty.")
-    ctx.conn.execute("INSERT OR REPLACE INTO travel_notices VALUES (?, ?, ?, ?, ?)",
-                     (ctx.make_id("TRV-", customer_id, start.isoformat()), customer_id, destination.strip(),
-                      start.isoformat(), end.isoformat()))
+    ctx.conn.execute(
+        "INSERT OR REPLACE INTO travel_notices VALUES (?, ?, ?, ?, ?)",
+        (
+            ctx.make_id("TRV-", customer_id, start.isoformat()),
+            customer_id,
+            destination.strip(),
+            start.isoformat(),
+            end.isoformat(),
+        ),
+    )
     return f"Travel notice set for {customer_id}: {destination.strip()} from {start} to {end}."
 
 
@@ -498,8 +608,14 @@ def change_daily_limit(ctx: ToolContext, card_id: str, new_limit_cents: int) -> 
 
 
 @tool(name="initiate_wire_9150", kind="write", discoverable=True)
-def initiate_wire(ctx: ToolContext, account_id: str, beneficiary_name: str, beneficiary_account: str,
-                  amount_cents: int, fee_cents: int) -> str:
+def initiate_wire(
+    ctx: ToolContext,
+    account_id: str,
+    beneficiary_name: str,
+    beneficiary_account: str,
+    amount_cents: int,
+    fee_cents: int,
+) -> str:
     """Create a domestic wire that waits for the customer's approval in the mobile app; no money moves yet.
 
     Args:
@@ -518,11 +634,22 @@ def initiate_wire(ctx: ToolContext, account_id: str, beneficiary_name: str, bene
     if acct["balance_cents"] < amount_cents + fee_cents:
         raise ToolError(f"Insufficient funds: {account_id} holds {_dollars(acct['balance_cents'])}.")
     wire_id = _unique_id(ctx, "wires", "wire_id", "WIRE-", account_id, beneficiary_account, amount_cents)
-    ctx.conn.execute("INSERT INTO wires VALUES (?, ?, ?, ?, ?, ?, 'awaiting_approval', ?)",
-                     (wire_id, account_id, beneficiary_name.strip(), beneficiary_account.strip(), amount_cents,
-                      fee_cents, ctx.today()))
-    return (f"Wire {wire_id} created for {_dollars(amount_cents)} and awaits the customer's approval in the app "
-            "(hand them approve_wire_in_app).")
+    ctx.conn.execute(
+        "INSERT INTO wires VALUES (?, ?, ?, ?, ?, ?, 'awaiting_approval', ?)",
+        (
+            wire_id,
+            account_id,
+            beneficiary_name.strip(),
+            beneficiary_account.strip(),
+            amount_cents,
+            fee_cents,
+            ctx.today(),
+        ),
+    )
+    return (
+        f"Wire {wire_id} created for {_dollars(amount_cents)} and awaits the customer's approval in the app "
+        "(hand them approve_wire_in_app)."
+    )
 
 
 @tool(name="release_wire_9152", kind="write", discoverable=True)
@@ -560,8 +687,9 @@ def link_overdraft_protection(ctx: ToolContext, checking_account_id: str, saving
         raise ToolError("Both accounts must belong to the same customer.")
     if chk["product"] not in CHECKING or sav["product"] not in ("basic_savings", "high_yield_savings"):
         raise ToolError("Overdraft protection links a checking account to a savings account.")
-    ctx.conn.execute("UPDATE accounts SET overdraft_link = ? WHERE account_id = ?",
-                     (savings_account_id, checking_account_id))
+    ctx.conn.execute(
+        "UPDATE accounts SET overdraft_link = ? WHERE account_id = ?", (savings_account_id, checking_account_id)
+    )
     return f"{savings_account_id} now covers overdrafts on {checking_account_id}."
 
 
@@ -605,12 +733,38 @@ def view_my_cards_in_app(ctx: ToolContext, customer_id: str) -> str:
     Args:
         customer_id: Your customer id (shown in the app).
     """
-    return json.dumps(_rows(ctx.conn, "SELECT card_id, last4, status FROM cards WHERE customer_id = ? "
-                                      "ORDER BY card_id", customer_id))
+    return json.dumps(
+        _rows(ctx.conn, "SELECT card_id, last4, status FROM cards WHERE customer_id = ? ORDER BY card_id", customer_id)
+    )
 
 
-TOOLS = [get_current_time, find_customer, verify_identity, get_customer, list_accounts, list_transactions,
-         list_cards, list_fee_refunds, update_contact_info, transfer_funds, lock_card, unlock_card,
-         transfer_to_human, calculate, refund_fee, open_account, close_account, replace_card, file_dispute,
-         set_travel_notice, change_daily_limit, initiate_wire, release_wire, link_overdraft_protection,
-         deposit_check_in_app, approve_wire_in_app, view_my_cards_in_app]
+TOOLS = [
+    get_current_time,
+    find_customer,
+    verify_identity,
+    get_customer,
+    list_accounts,
+    list_transactions,
+    list_cards,
+    list_fee_refunds,
+    list_wires,
+    update_contact_info,
+    transfer_funds,
+    lock_card,
+    unlock_card,
+    transfer_to_human,
+    calculate,
+    refund_fee,
+    open_account,
+    close_account,
+    replace_card,
+    file_dispute,
+    set_travel_notice,
+    change_daily_limit,
+    initiate_wire,
+    release_wire,
+    link_overdraft_protection,
+    deposit_check_in_app,
+    approve_wire_in_app,
+    view_my_cards_in_app,
+]
