@@ -362,7 +362,7 @@ def _bar(total: int, enabled: bool) -> Any:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="episodes", unit="ep", dynamic_ncols=True)
+    return tqdm(total=total, desc="episodes", unit="ep", dynamic_ncols=True, disable=None)  # off when not a TTY
 
 
 def _tick(bar: Any, done: list[EpisodeResult]) -> None:
