@@ -76,10 +76,35 @@ QUERIES: tuple[str, ...] = (
 )
 
 
+def git_revision() -> str | None:
+    """The repository's commit, with ``+dirty`` when tracked files differ from it (None outside git)."""
+    import subprocess
+
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (rev + ("+dirty" if dirty else "")) or None
+
+
 def machine() -> dict[str, Any]:
-    """Where the figures were measured."""
-    return {"python": platform.python_version(), "platform": platform.platform(terse=True),
-            "cpus": os.cpu_count(), "machine": platform.machine()}
+    """Where (and on which revision) the figures were measured."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "revision": git_revision(),
+    }
 
 
 def load_tau3_documents() -> list[Any] | None:
@@ -88,15 +113,18 @@ def load_tau3_documents() -> list[Any] | None:
 
     folder = TAU3_DOCS.resolve()
     if not folder.is_dir() or not any(folder.glob("*.json")):
-        print(f"[skip] tau3 banking documents not found at {folder}; the BM25 part is skipped. "
-              "Put the shared data next to the repository (../shared/data/tau3_banking/documents/*.json).",
-              file=sys.stderr)
+        print(
+            f"[skip] tau3 banking documents not found at {folder}; the BM25 part is skipped. "
+            "Put the shared data next to the repository (../shared/data/tau3_banking/documents/*.json).",
+            file=sys.stderr,
+        )
         return None
     return load_documents(folder)
 
 
-def measure(fn: Callable[[], Any], n: int, *, warmup: int = 200,
-            before: Callable[[int], Any] | None = None) -> list[int]:
+def measure(
+    fn: Callable[[], Any], n: int, *, warmup: int = 200, before: Callable[[int], Any] | None = None
+) -> list[int]:
     """Time ``fn()`` ``n`` times (after ``warmup`` untimed calls); returns nanoseconds per call.
 
     ``before(i)``, if given, runs untimed before the i-th timed call (e.g. to reset a state that

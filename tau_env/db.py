@@ -1,27 +1,31 @@
 """Per-episode SQLite state.
 
-A domain's initial state (schema + seed rows + a task's patch) is built once into an *image*
-(``sqlite3.Connection.serialize()``); each episode restores it with ``deserialize`` in
-microseconds. Triggers record which tables a write touched, so the digest of a live episode
-re-hashes only those tables. ``snapshot()``/``restore()`` fork a live episode.
+A domain's initial state (schema + seed rows + a task's initial state) is built once into an
+*image* (``sqlite3.Connection.serialize()``); episodes start from it in microseconds.
 
-Digests are SHA-256 over ``repr`` of each table's rows ordered by primary key: ``repr`` keeps
-``1`` and ``1.0`` apart and is exact for floats, so two states have equal digests iff their
-rows are equal value by value and type by type.
+Digests are kept up to date *incrementally*: triggers on every table add or subtract a
+128-bit hash of each inserted, updated or deleted row into ``_tau_digest`` (rows' hashes summed
+modulo 2**128, so row order does not matter). A table's digest is therefore one lookup, and
+grading costs the same whatever the tables' sizes. The triggers run inside the same
+transaction as the write, so a rolled-back call rolls its digest change back too. A row's
+hash is SHA-256 of ``repr`` of its values, which keeps ``1`` and ``1.0`` apart and is exact for
+floats: two states have equal digests iff their rows are equal value by value and type by type
+(up to a 2**-128 collision chance).
 """
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from tau_env.error import DomainError, did_you_mean
 
-DIRTY_TABLE = "_tau_dirty"
+DIGEST_TABLE = "_tau_digest"
+_MOD = 1 << 128
 DELETE_KEY = "_delete"
 
 Patch = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -83,19 +87,50 @@ class Schema:
             ) from None
 
 
+def row_hash(*values: Any) -> int:
+    """128-bit hash of one row (a tuple of SQLite values)."""
+    digest = hashlib.sha256(repr(values).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:16], "big")
+
+
+def _tau_add(acc: str, sign: int, *values: Any) -> str:
+    return format((int(acc, 16) + sign * row_hash(*values)) % _MOD, "032x")
+
+
+def _tau_update(acc: str, *old_and_new: Any) -> str:
+    half = len(old_and_new) // 2
+    delta = row_hash(*old_and_new[half:]) - row_hash(*old_and_new[:half])
+    return format((int(acc, 16) + delta) % _MOD, "032x")
+
+
 def _connect() -> sqlite3.Connection:
     # isolation_level=None: no implicit transactions; we open savepoints ourselves.
-    return sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.create_function("tau_add", -1, _tau_add, deterministic=True)
+    conn.create_function("tau_update", -1, _tau_update, deterministic=True)
+    # REPLACE deletes the old row; only with recursive triggers does that fire the delete trigger.
+    conn.execute("PRAGMA recursive_triggers = ON")
+    return conn
 
 
-def _install_dirty_triggers(conn: sqlite3.Connection, schema: Schema) -> None:
-    conn.execute(f"CREATE TABLE {DIRTY_TABLE} (name TEXT PRIMARY KEY) WITHOUT ROWID")
-    for t in schema.tables:
+def _install_digest_triggers(conn: sqlite3.Connection, schema: Schema) -> None:
+    conn.execute(f"CREATE TABLE {DIGEST_TABLE} (name TEXT PRIMARY KEY, acc TEXT NOT NULL) WITHOUT ROWID")
+    for t, info in schema.tables.items():
+        acc = 0
+        for row in conn.execute(f"SELECT * FROM {_q(t)}"):
+            acc = (acc + row_hash(*row)) % _MOD
+        conn.execute(f"INSERT INTO {DIGEST_TABLE} VALUES (?, ?)", (t, format(acc, "032x")))
         lit = "'" + t.replace("'", "''") + "'"
-        for ev in ("INSERT", "UPDATE", "DELETE"):
+        new = ", ".join(f"NEW.{_q(c)}" for c in info.columns)
+        old = ", ".join(f"OLD.{_q(c)}" for c in info.columns)
+        upd = f"UPDATE {DIGEST_TABLE} SET acc = {{}} WHERE name = {lit}"
+        for ev, expr in (
+            ("INSERT", f"tau_add(acc, 1, {new})"),
+            ("DELETE", f"tau_add(acc, -1, {old})"),
+            ("UPDATE", f"tau_update(acc, {old}, {new})"),
+        ):
             conn.execute(
-                f"CREATE TRIGGER {_q(f'_tau_{ev.lower()}_{t}')} AFTER {ev} ON {_q(t)} "
-                f"BEGIN INSERT OR IGNORE INTO {DIRTY_TABLE} VALUES ({lit}); END"
+                f"CREATE TRIGGER {_q(f'_tau_{ev.lower()}_{t}')} AFTER {ev} ON {_q(t)} BEGIN {upd.format(expr)}; END"
             )
 
 
@@ -130,24 +165,24 @@ def apply_patch(conn: sqlite3.Connection, schema: Schema, patch: Patch) -> None:
                 raise DomainError(f"Row {dict(row)!r:.200} does not fit table {table!r}: {e}") from e
 
 
-def build_image(schema: Schema, seed: Patch, *patches: Patch | None) -> bytes:
-    """Build the serialized initial state: schema, seed rows, then each patch in order."""
+def build_image(
+    schema: Schema, seed: Patch, *patches: Patch | None, init: Callable[[sqlite3.Connection], None] | None = None
+) -> bytes:
+    """Build the serialized initial state: schema, seed rows, each patch in order, then ``init``."""
     conn = _connect()
     conn.executescript(schema.ddl)
     apply_patch(conn, schema, seed)
     for p in patches:
         if p:
             apply_patch(conn, schema, p)
-    # Dirty-tracking triggers go in last, so the image starts with no table marked.
-    _install_dirty_triggers(conn, schema)
+    if init is not None:
+        init(conn)
+    # Digests of the loaded rows, then the triggers that keep them up to date.
+    _install_digest_triggers(conn, schema)
     conn.execute("VACUUM")
     image = conn.serialize()
     conn.close()
     return image
-
-
-def hash_rows(rows: list[tuple[Any, ...]]) -> str:
-    return hashlib.sha256(repr(rows).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def combine_digests(table_digests: Mapping[str, str]) -> str:
@@ -158,15 +193,33 @@ def combine_digests(table_digests: Mapping[str, str]) -> str:
 
 
 class EpisodeDB:
-    """One episode's in-memory database, restored from an image."""
+    """One episode's in-memory database.
+
+    ``start(base, init)`` begins an episode: the domain's base image plus the task's initial
+    state, inside one transaction. The next ``start`` on the same base just rolls that
+    transaction back (a few microseconds, schema and prepared statements kept); another base,
+    or a state that was snapshotted or restored, is loaded into a fresh connection.
+    """
 
     def __init__(self, schema: Schema, image: bytes | None = None):
         self.schema = schema
         self.conn = _connect()
+        self._base: bytes | None = None  # the image the open transaction started from
         if image is not None:
             self.conn.deserialize(image)
 
     # --- state -------------------------------------------------------------------------
+    def start(self, base: bytes, init: Callable[[sqlite3.Connection], None] | None = None) -> None:
+        """Begin an episode on ``base`` with ``init`` (the task's initial state) applied."""
+        if self._base is base and self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        else:
+            self.restore(base)
+            self._base = base
+        self.conn.execute("BEGIN")
+        if init is not None:
+            init(self.conn)
+
     def restore(self, image: bytes) -> None:
         """Replace the whole state by ``image`` (from ``build_image`` or ``snapshot``).
 
@@ -177,9 +230,15 @@ class EpisodeDB:
         self.conn.close()
         self.conn = _connect()
         self.conn.deserialize(image)
+        self._base = None
 
     def snapshot(self) -> bytes:
         """Serialize the current state; ``restore`` brings it back (in this or another EpisodeDB)."""
+        if self.conn.in_transaction:
+            # serialize() sees only committed pages: commit the episode so far. The base image is
+            # then no longer under the transaction, so the next start() loads it afresh.
+            self.conn.execute("COMMIT")
+            self._base = None
         return self.conn.serialize()
 
     def close(self) -> None:
@@ -202,18 +261,28 @@ class EpisodeDB:
         info = self.schema.table(table)
         return self.conn.execute(f"SELECT * FROM {_q(table)} ORDER BY {info.order_by}").fetchall()
 
-    def dirty_tables(self) -> set[str]:
-        return {r[0] for r in self.conn.execute(f"SELECT name FROM {DIRTY_TABLE}")}
-
     def table_digest(self, table: str) -> str:
-        return hash_rows(self.rows(table))
+        """Digest of one table's rows (kept up to date by triggers)."""
+        self.schema.table(table)
+        return self.conn.execute(f"SELECT acc FROM {DIGEST_TABLE} WHERE name = ?", (table,)).fetchone()[0]
 
-    def table_digests(self, tables: Sequence[str] | None = None) -> dict[str, str]:
-        return {t: self.table_digest(t) for t in (self.schema.tables if tables is None else tables)}
+    def table_digests(self) -> dict[str, str]:
+        """Digest of every table."""
+        return dict(self.conn.execute(f"SELECT name, acc FROM {DIGEST_TABLE}").fetchall())
 
     def digest(self) -> str:
         """Canonical digest of the whole state."""
         return combine_digests(self.table_digests())
+
+    def recompute_digests(self) -> dict[str, str]:
+        """Digests computed from scratch by reading every row (to check the incremental ones)."""
+        out = {}
+        for t in self.schema.tables:
+            acc = 0
+            for row in self.conn.execute(f"SELECT * FROM {_q(t)}"):
+                acc = (acc + row_hash(*row)) % _MOD
+            out[t] = format(acc, "032x")
+        return out
 
     def dump(self) -> dict[str, list[dict[str, Any]]]:
         """All rows as ``{table: [row dict]}`` in primary-key order."""
@@ -225,7 +294,7 @@ class EpisodeDB:
 
 def _same_row(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """Equal value by value and type by type (1 and 1.0 differ, as in the digest)."""
-    return len(a) == len(b) and all(type(x) is type(y) and x == y for x, y in zip(a, b))
+    return a == b and list(map(type, a)) == list(map(type, b))
 
 
 def diff_rows(
@@ -233,13 +302,19 @@ def diff_rows(
 ) -> dict[str, Any]:
     """A readable diff of one table: rows missing, unexpected, and fields that differ."""
     key_idx = [info.columns.index(c) for c in info.primary_key] if info.primary_key else list(range(len(info.columns)))
+    if len(key_idx) == 1:
+        i = key_idx[0]
 
-    def key(r: tuple[Any, ...]) -> str:
-        k = tuple(r[i] for i in key_idx)
-        return str(k[0]) if len(k) == 1 else "|".join(map(str, k))
+        def key(r: tuple[Any, ...]) -> str:
+            return str(r[i])
+    else:
+
+        def key(r: tuple[Any, ...]) -> str:
+            return "|".join(str(r[j]) for j in key_idx)
 
     a = {key(r): r for r in actual}
     e = {key(r): r for r in expected}
+
     out: dict[str, Any] = {}
     missing = [dict(zip(info.columns, e[k])) for k in e if k not in a]
     extra = [dict(zip(info.columns, a[k])) for k in a if k not in e]

@@ -7,13 +7,14 @@ first use and cached on the Domain, which every env of that domain shares.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tau_env.db import EpisodeDB, Patch, Schema, build_image
+from tau_env.db import EpisodeDB, Patch, Schema, apply_patch, build_image
 from tau_env.error import DomainError, UnknownTaskError, did_you_mean
 from tau_env.knowledge import Document, KnowledgeBase, load_documents
 from tau_env.knowledge.tools import RETRIEVAL_CONFIGS, knowledge_tools
@@ -86,13 +87,32 @@ class Domain:
                 + did_you_mean(task_id, self.task_index)
             ) from None
 
-    def image(self, task: Task | None) -> bytes:
-        """The serialized initial state s0 of ``task`` (seed data plus the task's patch)."""
+    @property
+    def seed_image(self) -> bytes:
+        """The serialized seed state shared by every task (episodes start from it)."""
+        return self._seed_image
+
+    def initializer(self, task: Task | None) -> Callable[[sqlite3.Connection], None] | None:
+        """A function applying ``task``'s initial state over the seed, or None if it has none.
+
+        Override ``apply_initial_state`` to give a domain other semantics (e.g. a deep merge).
+        """
         if task is None or not task.initial_state:
+            return None
+        return lambda conn: self.apply_initial_state(conn, task)
+
+    def apply_initial_state(self, conn: sqlite3.Connection, task: Task) -> None:
+        """Upsert the task's ``initial_state`` rows (a row with ``"_delete": true`` is deleted)."""
+        apply_patch(conn, self.schema, task.initial_state)
+
+    def image(self, task: Task | None) -> bytes:
+        """The serialized initial state s0 of ``task`` (seed data plus the task's initial state)."""
+        init = self.initializer(task)
+        if init is None:
             return self._seed_image
         img = self._images.get(task.id)
         if img is None:
-            img = self._images[task.id] = build_image(self.schema, self.seed, task.initial_state)
+            img = self._images[task.id] = build_image(self.schema, self.seed, init=init)
         return img
 
     def clock_for(self, task: Task | None) -> datetime:
@@ -134,7 +154,8 @@ class Domain:
     # --- replay ------------------------------------------------------------------------
     def replay(self, task: Task, strict: bool = False) -> tuple[EpisodeDB, list[ReplayStep]]:
         """Replay the task's reference actions on s0; returns the final database and each output."""
-        db = EpisodeDB(self.schema, self.image(task))
+        db = EpisodeDB(self.schema)
+        db.start(self._seed_image, self.initializer(task))
         box = self.toolbox("all")
         ctx = self.context(db, task, box)
         steps = []

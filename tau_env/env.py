@@ -138,7 +138,8 @@ class TauEnv(AECEnv):
 
     def _start(self, task: Task) -> None:
         self.task: Task = task
-        self._db.restore(self.domain.image(task))  # s0 from the cached image: microseconds
+        # s0: roll back to the seed image (microseconds) and apply the task's initial state.
+        self._db.start(self.domain.seed_image, self.domain.initializer(task))
         self._ctx = self.domain.context(self._db, task, self.toolbox)
         self._steps = 0
         self._scenario = task.scenario.model_dump()

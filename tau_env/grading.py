@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Target:
-    """A task's cached expected state."""
+    """A task's cached expected state (rows of a table are loaded on the first failed grade)."""
 
     image: bytes
     digests: dict[str, str]
-    initial_digests: dict[str, str]
     changed_tables: frozenset[str]
+    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -59,27 +59,17 @@ class Grader:
             init_digests = init.table_digests()
             init.close()
             db, _ = self.domain.replay(task)
-            digests = {
-                name: (db.table_digest(name) if name in db.dirty_tables() else init_digests[name])
-                for name in self.domain.schema.tables
-            }
+            digests = db.table_digests()
             changed = frozenset(n for n in digests if digests[n] != init_digests[n])
-            t = Target(db.snapshot(), digests, init_digests, changed)
+            t = Target(db.snapshot(), digests, changed)
             db.close()
             self._targets[task.id] = t
         return t
 
     def differing_tables(self, db: EpisodeDB, task: Task) -> list[str]:
-        target = self.target(task)
-        dirty = db.dirty_tables()
-        out = []
-        for name in self.domain.schema.tables:
-            if name in dirty:
-                if db.table_digest(name) != target.digests[name]:
-                    out.append(name)
-            elif name in target.changed_tables:
-                out.append(name)  # untouched, but the task needed it changed
-        return out
+        """Tables whose rows differ from the task's target (one digest lookup per table)."""
+        expected = self.target(task).digests
+        return [name for name, acc in db.table_digests().items() if expected[name] != acc]
 
     def grade(self, db: EpisodeDB, task: Task, explain: bool = True) -> Grade:
         """Compare ``db`` with the task's target; ``explain`` adds a row/field diff on failure."""
@@ -88,9 +78,13 @@ class Grader:
             return Grade(1.0, True)
         diff = {}
         if explain:
-            expected = EpisodeDB(self.domain.schema, self.target(task).image)
+            target = self.target(task)
+            missing = [name for name in differing if name not in target.rows]
+            if missing:
+                expected = EpisodeDB(self.domain.schema, target.image)
+                for name in missing:
+                    target.rows[name] = expected.rows(name)
+                expected.close()
             for name in differing:
-                info = self.domain.schema.tables[name]
-                diff[name] = diff_rows(info, db.rows(name), expected.rows(name))
-            expected.close()
+                diff[name] = diff_rows(self.domain.schema.tables[name], db.rows(name), target.rows[name])
         return Grade(0.0, False, differing, diff)

@@ -37,7 +37,7 @@ def test_patch_upserts_and_deletes(schema):
     )
     db = EpisodeDB(schema, img)
     assert db.dump()["a"] == [{"id": "k", "v": 9, "f": 0.0}]
-    assert db.dirty_tables() == set()  # the image starts clean
+    assert db.table_digests() == db.recompute_digests()
 
 
 @pytest.mark.parametrize(
@@ -70,17 +70,20 @@ def test_digest_ignores_insertion_order(schema):
     assert d1 == d2
 
 
-def test_savepoint_rolls_back_and_dirty_tracking(schema):
+def test_savepoint_rolls_back_digests_too(schema):
     db = EpisodeDB(schema, build_image(schema, {}))
-    before = db.digest()
+    before = db.table_digests()
     with pytest.raises(RuntimeError):
         with db.savepoint():
             db.conn.execute("INSERT INTO a VALUES ('x', 1, 1.0)")
             raise RuntimeError
-    assert db.digest() == before and db.dirty_tables() == set()
+    assert db.table_digests() == before
     with db.savepoint():
         db.conn.execute("INSERT INTO b VALUES (1, 'q')")
-    assert db.dirty_tables() == {"b"}
+    after = db.table_digests()
+    assert after["b"] != before["b"] and after["a"] == before["a"]
+    db.conn.execute("DELETE FROM b")
+    assert db.table_digests() == before  # back to the same rows, back to the same digest
 
 
 def test_snapshot_restore_forks(schema):
@@ -90,9 +93,24 @@ def test_snapshot_restore_forks(schema):
     db.conn.execute("DELETE FROM a")
     other = EpisodeDB(schema, snap)
     assert other.dump()["a"] == [{"id": "x", "v": 1, "f": 1.0}]
-    assert other.dirty_tables() == {"a"}  # the fork remembers what the episode touched
     db.restore(snap)
-    assert db.digest() == other.digest()
+    assert db.digest() == other.digest() == EpisodeDB(schema, db.snapshot()).digest()
+
+
+def test_start_rolls_back_to_the_base_and_applies_init(schema):
+    base = build_image(schema, {"a": [{"id": "k", "v": 1, "f": None}]})
+    db = EpisodeDB(schema)
+    init = lambda conn: conn.execute("INSERT INTO a VALUES ('z', 2, 2.5)")  # noqa: E731
+    db.start(base, init)
+    first = db.digest()
+    db.conn.execute("UPDATE a SET v = 99")
+    db.start(base, init)  # the same base: a rollback, not a reload
+    assert db.digest() == first and db.dump()["a"][1] == {"id": "z", "v": 2, "f": 2.5}
+    db.snapshot()  # commits; the next start must reload the base
+    db.conn.execute("DELETE FROM a")
+    db.start(base)
+    assert [r["id"] for r in db.dump()["a"]] == ["k"]
+    assert db.table_digests() == db.recompute_digests()
 
 
 def test_diff_rows_explains(schema):
@@ -121,3 +139,34 @@ def test_roundtrip_and_digest_property(rows):
     assert sorted(((r["k"], r["v"]) for r in dumped), key=lambda t: t[0]) == sorted(rows, key=lambda t: t[0])
     again = EpisodeDB(s, db.snapshot())
     assert again.digest() == db.digest()
+
+
+ops = st.lists(
+    st.tuples(st.sampled_from(["insert", "replace", "update", "delete", "fail"]), st.integers(0, 8), values),
+    max_size=40,
+)
+
+
+@given(ops)
+def test_incremental_digests_match_a_full_recompute(script):
+    s = Schema.from_ddl("CREATE TABLE t (k INTEGER PRIMARY KEY, v)")
+    db = EpisodeDB(s, build_image(s, {"t": [{"k": 1, "v": "x"}]}))
+    for op, k, v in script:
+        sql = {
+            "insert": "INSERT OR IGNORE INTO t VALUES (?, ?)",
+            "replace": "INSERT OR REPLACE INTO t VALUES (?, ?)",
+            "update": "UPDATE t SET v = ? WHERE k = ?",
+            "delete": "DELETE FROM t WHERE k = ? OR ? IS NULL",
+            "fail": "INSERT INTO t VALUES (?, ?)",
+        }[op]
+        args = (v, k) if op == "update" else (k, v)
+        try:
+            with db.savepoint():
+                db.conn.execute(sql, args)
+                if op == "fail":
+                    raise RuntimeError("roll back")
+        except RuntimeError:
+            pass
+        except Exception as e:  # e.g. a duplicate key on a plain INSERT
+            assert "UNIQUE" in str(e)
+    assert db.table_digests() == db.recompute_digests()

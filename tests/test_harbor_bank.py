@@ -66,3 +66,20 @@ def test_readme_example_runs():
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README
     assert scope["env"].episode_reward == 1.0
+
+
+def test_reset_state_equals_each_tasks_image(bank):
+    """Episodes start by rolling back and applying the task's initial state; that must equal s0's image."""
+    env = tau_env.make("harbor-bank-v0")
+    for task in bank.tasks:
+        env.reset(options={"task_id": task.id})
+        image_db = tau_env.EpisodeDB(bank.schema, bank.image(task))
+        assert env.db.table_digests() == image_db.table_digests() == image_db.recompute_digests(), task.id
+        image_db.close()
+
+
+def test_incremental_digests_after_oracle_episodes(bank):
+    env = tau_env.make("harbor-bank-v0")
+    for task in bank.tasks[:20]:
+        tau_env.run_episode(env, OracleAgent(), ScriptedUser(), task.id)
+        assert env.db.table_digests() == env.db.recompute_digests(), task.id

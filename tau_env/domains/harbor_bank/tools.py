@@ -89,11 +89,20 @@ def _unique_id(ctx: ToolContext, table: str, key: str, prefix: str, *parts: Any)
 def _post(
     ctx: ToolContext, account_id: str, description: str, amount_cents: int, category: str, status: str = "posted"
 ) -> str:
-    txn_id = _unique_id(ctx, "transactions", "txn_id", "TX-", account_id, description, amount_cents, category)
-    ctx.conn.execute(
-        "INSERT INTO transactions VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (txn_id, account_id, ctx.today(), description, amount_cents, category, status),
-    )
+    base = ctx.make_id("TX-", account_id, description, amount_cents, category)
+    txn_id, n = base, 1
+    while True:  # insert first and probe only on a clash: one statement in the usual case
+        try:
+            ctx.conn.execute(
+                "INSERT INTO transactions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (txn_id, account_id, ctx.today(), description, amount_cents, category, status),
+            )
+            break
+        except sqlite3.IntegrityError as e:
+            if "UNIQUE" not in str(e):
+                raise
+            n += 1
+            txn_id = f"{base}-{n}"
     if status == "posted":
         ctx.conn.execute(
             "UPDATE accounts SET balance_cents = balance_cents + ? WHERE account_id = ?", (amount_cents, account_id)
