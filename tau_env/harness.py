@@ -237,6 +237,63 @@ def _make_env(env: str | Callable[[], TauEnv], **kwargs: Any) -> Callable[[], Ta
     return env
 
 
+@dataclass
+class _Run:
+    """What evaluate and aevaluate share: the first env, the plan, fresh policies, the writer."""
+
+    make_env: Callable[[], TauEnv]
+    first: TauEnv
+    plan: list[tuple[str, int, int]]
+    new_agent: Callable[[], Any]
+    new_user: Callable[[], Any]
+    writer: _Writer
+    bar: Any
+    done: list[EpisodeResult] = field(default_factory=list)
+
+    @classmethod
+    def prepare(
+        cls,
+        env: Any,
+        agent: Any,
+        user: Any,
+        task_ids: Sequence[str] | None,
+        trials: int,
+        seed: int,
+        out_dir: str | Path | None,
+        progress: bool,
+        config: dict[str, Any],
+        make_kwargs: dict[str, Any],
+    ) -> _Run:
+        make_env = _make_env(env, **make_kwargs)
+        first = make_env()
+        plan = _plan(first, task_ids, trials, seed)
+        cfg = {
+            **config,
+            "env": env if isinstance(env, str) else repr(first),
+            "trials": trials,
+            "seed": seed,
+            "tasks": sorted({t for t, _, _ in plan}),
+            **make_kwargs,
+        }
+        return cls(
+            make_env, first, plan, _factory(agent), _factory(user), _Writer(out_dir, cfg), _bar(len(plan), progress)
+        )
+
+    def record(self, r: EpisodeResult) -> None:
+        self.done.append(r)
+        self.writer.episode(r)
+        _tick(self.bar, self.done)
+
+    def finish(self, results: list[EpisodeResult], envs: Iterable[TauEnv]) -> EvalRun:
+        for e in envs:
+            e.close()
+        if self.bar is not None:
+            self.bar.close()
+        metrics = compute_metrics(results)
+        self.writer.finish(metrics, f"{self.first.domain.name}: {len(self.plan)} episodes")
+        return EvalRun(results, metrics, self.writer.dir)
+
+
 def evaluate(
     env: str | Callable[[], TauEnv],
     agent: Any,
@@ -260,36 +317,13 @@ def evaluate(
         trials: Trials per task.
         seed: Base seed; each episode's seed is derived from (seed, task, trial).
         out_dir: Folder for config.json, trajectories.jsonl, metrics.json and summary.txt.
-        progress: Show a progress bar with the live pass rate on stderr.
+        progress: Show a progress bar with the live pass rate on stderr (when it is a terminal).
+        config: Extra entries for config.json (e.g. model names).
     """
-    make_env = _make_env(env, **make_kwargs)
-    e = make_env()
-    plan = _plan(e, task_ids, trials, seed)
-    new_agent, new_user = _factory(agent), _factory(user)
-    writer = _Writer(
-        out_dir,
-        {
-            **(config or {}),
-            "env": env if isinstance(env, str) else repr(e),
-            "trials": trials,
-            "seed": seed,
-            "tasks": sorted({t for t, _, _ in plan}),
-            **make_kwargs,
-        },
-    )
-    bar = _bar(len(plan), progress)
-    results = []
-    for task_id, trial, ep_seed in plan:
-        r = run_episode(e, new_agent(), new_user(), task_id, ep_seed, trial)
-        results.append(r)
-        writer.episode(r)
-        _tick(bar, results)
-    e.close()
-    if bar is not None:
-        bar.close()
-    metrics = compute_metrics(results)
-    writer.finish(metrics, f"{e.domain.name}: {len(plan)} episodes")
-    return EvalRun(results, metrics, writer.dir)
+    run = _Run.prepare(env, agent, user, task_ids, trials, seed, out_dir, progress, config or {}, make_kwargs)
+    for task_id, trial, ep_seed in run.plan:
+        run.record(run_episode(run.first, run.new_agent(), run.new_user(), task_id, ep_seed, trial))
+    return run.finish(run.done, [run.first])
 
 
 async def aevaluate(
@@ -310,51 +344,34 @@ async def aevaluate(
 
     Results come back in plan order (task-major within each trial), whatever order episodes end in.
     """
-    make_env = _make_env(env, **make_kwargs)
-    probe = make_env()
-    plan = _plan(probe, task_ids, trials, seed)
-    title = f"{probe.domain.name}: {len(plan)} episodes"
-    writer = _Writer(
+    run = _Run.prepare(
+        env,
+        agent,
+        user,
+        task_ids,
+        trials,
+        seed,
         out_dir,
-        {
-            **(config or {}),
-            "env": env if isinstance(env, str) else repr(probe),
-            "trials": trials,
-            "seed": seed,
-            "concurrency": concurrency,
-            "tasks": sorted({t for t, _, _ in plan}),
-            **make_kwargs,
-        },
+        progress,
+        {**(config or {}), "concurrency": concurrency},
+        make_kwargs,
     )
-    new_agent, new_user = _factory(agent), _factory(user)
-    pool = [probe] + [make_env() for _ in range(max(0, min(concurrency, len(plan)) - 1))]
-    queue: asyncio.Queue[TauEnv] = asyncio.Queue()
+    pool = [run.first] + [run.make_env() for _ in range(max(0, min(concurrency, len(run.plan)) - 1))]
+    free: asyncio.Queue[TauEnv] = asyncio.Queue()
     for e in pool:
-        queue.put_nowait(e)
-    bar = _bar(len(plan), progress)
-    done: list[EpisodeResult] = []
-    results: list[EpisodeResult | None] = [None] * len(plan)
+        free.put_nowait(e)
+    results: list[EpisodeResult | None] = [None] * len(run.plan)
 
     async def one(i: int, task_id: str, trial: int, ep_seed: int) -> None:
-        e = await queue.get()
+        e = await free.get()
         try:
-            r = await arun_episode(e, new_agent(), new_user(), task_id, ep_seed, trial)
+            results[i] = await arun_episode(e, run.new_agent(), run.new_user(), task_id, ep_seed, trial)
         finally:
-            queue.put_nowait(e)
-        results[i] = r
-        done.append(r)
-        writer.episode(r)
-        _tick(bar, done)
+            free.put_nowait(e)
+        run.record(results[i])
 
-    await asyncio.gather(*(one(i, *p) for i, p in enumerate(plan)))
-    for e in pool:
-        e.close()
-    if bar is not None:
-        bar.close()
-    final = [r for r in results if r is not None]
-    metrics = compute_metrics(final)
-    writer.finish(metrics, title)
-    return EvalRun(final, metrics, writer.dir)
+    await asyncio.gather(*(one(i, *p) for i, p in enumerate(run.plan)))
+    return run.finish([r for r in results if r is not None], pool)
 
 
 def _bar(total: int, enabled: bool) -> Any:

@@ -27,11 +27,13 @@ def _format_hits(ctx: ToolContext, hits: list) -> str:
     return "\n\n---\n\n".join(parts)
 
 
-def _check_query(query: str) -> str:
+def _search(ctx: ToolContext, method: str, query: str, k: int) -> str:
     q = query.strip()
     if not q:
         raise ToolError("The query is empty; describe what you are looking for in a few words.")
-    return q
+    if not 1 <= k <= 10:
+        raise ToolError(f"k must be between 1 and 10, got {k}.")
+    return _format_hits(ctx, ctx.kb.search(q, k, method=method))
 
 
 @tool
@@ -42,9 +44,7 @@ def search_documents(ctx: ToolContext, query: str, k: int = 5) -> str:
         query: Keywords describing what you need, e.g. "wire transfer fee premier checking".
         k: How many documents to return (1-10).
     """
-    if not 1 <= k <= 10:
-        raise ToolError(f"k must be between 1 and 10, got {k}.")
-    return _format_hits(ctx, ctx.kb.search_bm25(_check_query(query), k))
+    return _search(ctx, "bm25", query, k)
 
 
 @tool
@@ -55,9 +55,7 @@ def search_documents_dense(ctx: ToolContext, query: str, k: int = 5) -> str:
         query: A question or description of what you need.
         k: How many documents to return (1-10).
     """
-    if not 1 <= k <= 10:
-        raise ToolError(f"k must be between 1 and 10, got {k}.")
-    return _format_hits(ctx, ctx.kb.search_dense(_check_query(query), k))
+    return _search(ctx, "dense", query, k)
 
 
 @tool
@@ -68,9 +66,7 @@ def search_documents_hybrid(ctx: ToolContext, query: str, k: int = 5) -> str:
         query: A question or keywords describing what you need.
         k: How many documents to return (1-10).
     """
-    if not 1 <= k <= 10:
-        raise ToolError(f"k must be between 1 and 10, got {k}.")
-    return _format_hits(ctx, ctx.kb.search_hybrid(_check_query(query), k))
+    return _search(ctx, "hybrid", query, k)
 
 
 @tool
