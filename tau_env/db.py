@@ -38,6 +38,13 @@ class TableInfo:
     primary_key: tuple[str, ...]
 
     @property
+    def state_columns(self) -> tuple[str, ...]:
+        """Columns that make up the state; a column named ``_...`` is bookkeeping outside the digest
+        (e.g. a display-order copy of a row).
+        """
+        return tuple(c for c in self.columns if not c.startswith("_"))
+
+    @property
     def order_by(self) -> str:
         cols = self.primary_key or ("rowid",)
         return ", ".join(_q(c) for c in cols)
@@ -113,16 +120,21 @@ def _connect() -> sqlite3.Connection:
     return conn
 
 
+def _full_digest(conn: sqlite3.Connection, info: TableInfo) -> str:
+    acc = 0
+    for row in conn.execute(f"SELECT {', '.join(map(_q, info.state_columns))} FROM {_q(info.name)}"):
+        acc = (acc + row_hash(*row)) % _MOD
+    return format(acc, "032x")
+
+
 def _install_digest_triggers(conn: sqlite3.Connection, schema: Schema) -> None:
     conn.execute(f"CREATE TABLE {DIGEST_TABLE} (name TEXT PRIMARY KEY, acc TEXT NOT NULL) WITHOUT ROWID")
     for t, info in schema.tables.items():
-        acc = 0
-        for row in conn.execute(f"SELECT * FROM {_q(t)}"):
-            acc = (acc + row_hash(*row)) % _MOD
-        conn.execute(f"INSERT INTO {DIGEST_TABLE} VALUES (?, ?)", (t, format(acc, "032x")))
+        conn.execute(f"INSERT INTO {DIGEST_TABLE} VALUES (?, ?)", (t, _full_digest(conn, info)))
         lit = "'" + t.replace("'", "''") + "'"
-        new = ", ".join(f"NEW.{_q(c)}" for c in info.columns)
-        old = ", ".join(f"OLD.{_q(c)}" for c in info.columns)
+        cols = info.state_columns
+        new = ", ".join(f"NEW.{_q(c)}" for c in cols)
+        old = ", ".join(f"OLD.{_q(c)}" for c in cols)
         upd = f"UPDATE {DIGEST_TABLE} SET acc = {{}} WHERE name = {lit}"
         for ev, expr in (
             ("INSERT", f"tau_add(acc, 1, {new})"),
@@ -276,13 +288,7 @@ class EpisodeDB:
 
     def recompute_digests(self) -> dict[str, str]:
         """Digests computed from scratch by reading every row (to check the incremental ones)."""
-        out = {}
-        for t in self.schema.tables:
-            acc = 0
-            for row in self.conn.execute(f"SELECT * FROM {_q(t)}"):
-                acc = (acc + row_hash(*row)) % _MOD
-            out[t] = format(acc, "032x")
-        return out
+        return {t: _full_digest(self.conn, info) for t, info in self.schema.tables.items()}
 
     def dump(self) -> dict[str, list[dict[str, Any]]]:
         """All rows as ``{table: [row dict]}`` in primary-key order."""

@@ -64,6 +64,8 @@ class Domain:
     retrieval: str = "bm25"
     user_guidelines: str = ""
     max_steps: int = 100
+    #: How replay records name the agent seat (a benchmark may call it "assistant").
+    agent_requestor: str = "agent"
     _images: dict[str, bytes] = field(default_factory=dict, repr=False)
     _toolboxes: dict[str, Toolbox] = field(default_factory=dict, repr=False)
 
@@ -72,7 +74,7 @@ class Domain:
         self.task_index = {t.id: t for t in self.tasks}
         if len(self.task_index) != len(self.tasks):
             raise DomainError(f"Domain {self.name!r}: task ids are not unique.")
-        self._seed_image = build_image(self.schema, self.seed)
+        self._seed_image = build_image(self.schema, {}, init=self.load_seed)
         from tau_env.grading import Grader
 
         self.grader = Grader(self)
@@ -101,6 +103,10 @@ class Domain:
             return None
         return lambda conn: self.apply_initial_state(conn, task)
 
+    def load_seed(self, conn: sqlite3.Connection) -> None:
+        """Write the seed rows into an empty database (override for another seed format)."""
+        apply_patch(conn, self.schema, self.seed)
+
     def apply_initial_state(self, conn: sqlite3.Connection, task: Task) -> None:
         """Upsert the task's ``initial_state`` rows (a row with ``"_delete": true`` is deleted)."""
         apply_patch(conn, self.schema, task.initial_state)
@@ -112,7 +118,12 @@ class Domain:
             return self._seed_image
         img = self._images.get(task.id)
         if img is None:
-            img = self._images[task.id] = build_image(self.schema, self.seed, init=init)
+
+            def seed_then_task(conn: sqlite3.Connection) -> None:
+                self.load_seed(conn)
+                init(conn)
+
+            img = self._images[task.id] = build_image(self.schema, {}, init=seed_then_task)
         return img
 
     def clock_for(self, task: Task | None) -> datetime:
@@ -136,7 +147,7 @@ class Domain:
             toolbox=toolbox,
         )
 
-    def system_prompt(self, retrieval: str | None = None) -> str:
+    def system_prompt(self, retrieval: str | None = None, task: Task | None = None) -> str:
         key = retrieval or self.retrieval
         if key not in RETRIEVAL_CONFIGS:
             knowledge_tools(key)  # raises with the list of configurations
@@ -152,6 +163,24 @@ class Domain:
         return self.policy.replace("{retrieval_instructions}", text)
 
     # --- replay ------------------------------------------------------------------------
+    def replay_record(self, task: Task) -> dict[str, Any]:
+        """A task's reference replay as data: each action's output and error flag, and the final database."""
+        db, steps = self.replay(task)
+        names = {"agent": self.agent_requestor, "user": "user"}
+        record = {
+            "task_id": task.id,
+            "actions": [
+                {"name": s.name, "requestor": names[s.requestor], "output": s.output, "error": s.error} for s in steps
+            ],
+            "final_db": self.export_db(db),
+        }
+        db.close()
+        return record
+
+    def export_db(self, db: EpisodeDB) -> dict[str, Any]:
+        """The database as plain data (``tau-env replay`` prints it); override for a benchmark's layout."""
+        return db.dump()
+
     def replay(self, task: Task, strict: bool = False) -> tuple[EpisodeDB, list[ReplayStep]]:
         """Replay the task's reference actions on s0; returns the final database and each output."""
         db = EpisodeDB(self.schema)

@@ -86,6 +86,7 @@ class TauEnv(AECEnv):
         self.retrieval = retrieval or domain.retrieval
         self.toolbox = domain.toolbox(self.retrieval)
         self.system_prompt = domain.system_prompt(self.retrieval)
+        self._prompt_is_static = not getattr(domain, "prompt_depends_on_task", False)
         self.task_pool = [domain.task(t).id for t in task_ids] if task_ids else [t.id for t in domain.tasks]
         if not self.task_pool:
             raise ValueError(f"Domain {domain.name!r} has no tasks to play.")
@@ -147,7 +148,7 @@ class TauEnv(AECEnv):
 
         # Each seat's chat, from its own point of view.
         self._views: dict[str, list[dict[str, Any]]] = {
-            AGENT: [{"role": "system", "content": self.system_prompt}],
+            AGENT: [{"role": "system", "content": self._prompt_for(task)}],
             USER: [{"role": "system", "content": user_system_prompt(self.domain, task.scenario)}],
         }
         if self.domain.greeting:
@@ -166,6 +167,11 @@ class TauEnv(AECEnv):
         self.infos = {s: {"task_id": task.id} for s in SEATS}
         self.agent_selection = USER
         self._started = True
+
+    def _prompt_for(self, task: Task) -> str:
+        # A domain may build the agent's prompt per task (e.g. with the task's documents in it).
+        prompt = self.system_prompt if self._prompt_is_static else self.domain.system_prompt(self.retrieval, task)
+        return prompt
 
     def observe(self, agent: str) -> dict[str, Any]:
         active = frozenset(self._ctx.active[agent])

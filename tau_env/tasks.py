@@ -69,6 +69,7 @@ class Task(_Model):
     required_documents: list[str] = Field(default_factory=list, description="Documents whose rules decide the task.")
     tags: list[str] = Field(default_factory=list)
     clock: str | None = Field(None, description="ISO date-time the tools see as 'now'; the domain's default if unset.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else (e.g. a benchmark's own fields).")
 
 
 def _parse(obj: Any, where: str) -> Task:

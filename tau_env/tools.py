@@ -228,6 +228,11 @@ class Tool:
     ends_episode: bool = False
     takes_ctx: bool = True
     arg_descriptions: dict[str, str] = field(default_factory=dict)
+    #: Arguments go to ``fn`` as given (no validation), and any exception becomes ``Error: <message>``:
+    #: for reproducing a benchmark whose tools behave that way (see :func:`raw_tool`).
+    raw: bool = False
+    #: Callable by its seat but never listed in its schemas (a benchmark's tools reachable by name).
+    hidden: bool = False
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -357,6 +362,38 @@ def tool(
     return wrap(fn) if fn is not None else wrap
 
 
+def raw_tool(
+    fn: Callable[..., Any],
+    schema: dict[str, Any],
+    *,
+    kind: str = "read",
+    side: str = "agent",
+    hidden: bool = False,
+    ends_episode: bool = False,
+) -> Tool:
+    """A tool that takes its arguments unvalidated, with a given OpenAI schema.
+
+    For reproducing an existing benchmark byte for byte: ``fn(ctx, **arguments)`` gets exactly
+    what the model sent, and any exception it raises becomes the observation ``Error: <message>``
+    (Python's own ``TypeError`` texts included). New domains should use :func:`tool`.
+    """
+    f = schema["function"]
+    return Tool(
+        name=f["name"],
+        description=f.get("description", ""),
+        fn=fn,
+        parameters=f["parameters"],
+        validators={},
+        required=tuple(f["parameters"].get("required", ())),
+        defaults={},
+        kind=kind,
+        side=side,
+        ends_episode=ends_episode,
+        raw=True,
+        hidden=hidden,
+    )
+
+
 # --- running calls ---------------------------------------------------------------------------
 @dataclass
 class ToolContext:
@@ -415,9 +452,16 @@ def _to_text(value: Any) -> str:
 
 
 class Toolbox:
-    """The tools of a domain for both seats, plus the unlock / hand-over meta tools."""
+    """The tools of a domain for both seats, plus the unlock / hand-over meta tools.
 
-    def __init__(self, tools: Iterable[Tool]):
+    Args:
+        tools: The tools.
+        unknown_tool_message: ``(name, active names) -> text`` shown when a seat calls a tool it
+            does not have; the default names the active tools and suggests the closest.
+    """
+
+    def __init__(self, tools: Iterable[Tool], unknown_tool_message: Callable[[str, list[str]], str] | None = None):
+        self.unknown_tool_message = unknown_tool_message
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.tools:
@@ -434,9 +478,9 @@ class Toolbox:
         self.tools[t.name] = t
 
     def initial_active(self) -> dict[str, set[str]]:
-        """Tools active at the start of an episode: all but discoverable and hand-over tools."""
+        """Tools active at the start of an episode: all but discoverable, hand-over and hidden tools."""
         return {
-            s: {n for n, t in self.tools.items() if t.side == s and not t.discoverable and not t.handover}
+            s: {n for n, t in self.tools.items() if t.side == s and not (t.discoverable or t.handover or t.hidden)}
             for s in SEATS
         }
 
@@ -450,18 +494,23 @@ class Toolbox:
     ) -> ToolResult:
         """Run one call for ``seat``. Never raises for the model's mistakes; ``strict`` re-raises tool bugs."""
         t = self.tools.get(name)
-        if t is None or name not in ctx.active[seat]:
+        if t is None or (name not in ctx.active[seat] and not (t.hidden and t.side == seat)):
             active = sorted(ctx.active[seat])
+            if self.unknown_tool_message is not None:
+                return ToolResult(name, self.unknown_tool_message(name, active), error=True)
             return ToolResult(
                 name,
                 f"Error: Unknown tool '{name[:80]}'. Available tools: {', '.join(active)}."
                 + did_you_mean(name, active),
                 error=True,
             )
-        try:
-            args = t.validate(arguments or {})
-        except ArgumentError as e:
-            return ToolResult(name, f"Error: {e}", error=True)
+        if t.raw:
+            args = dict(arguments or {})
+        else:
+            try:
+                args = t.validate(arguments or {})
+            except ArgumentError as e:
+                return ToolResult(name, f"Error: {e}", error=True)
         conn = ctx.conn
         conn.execute("SAVEPOINT tau_call")
         try:
@@ -472,6 +521,10 @@ class Toolbox:
             conn.execute("RELEASE tau_call")
             return ToolResult(name, f"Error: {e}", error=True)
         except Exception as e:
+            if t.raw:  # the benchmark's contract: an exception is the tool's error message
+                conn.execute("ROLLBACK TO tau_call")
+                conn.execute("RELEASE tau_call")
+                return ToolResult(name, f"Error: {e}", error=True)
             # A bug in the domain's tool, not the model's fault: roll back, show a generic error,
             # and log it; check_domain reports such calls, and strict mode re-raises them.
             conn.execute("ROLLBACK TO tau_call")

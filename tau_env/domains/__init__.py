@@ -12,3 +12,15 @@ def _register_builtins() -> None:
 
 
 _register_builtins()
+
+
+def _register_packs() -> None:
+    registry.register(
+        "tau3-banking",
+        "tau_env.domains.tau3_banking:load",
+        description="tau3-banking (tau2-bench banking_knowledge): 97 tasks, 698 documents; needs data_dir=PATH "
+        "or $TAU3_BANKING_DATA.",
+    )
+
+
+_register_packs()

@@ -1,0 +1,1 @@
+"""Discoverable agent tools: bank_accounts (TOOLS.md section 4)."""

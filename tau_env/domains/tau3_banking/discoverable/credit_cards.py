@@ -1,0 +1,1 @@
+"""Discoverable agent tools: credit_cards (TOOLS.md section 4)."""

@@ -1,0 +1,1 @@
+"""Discoverable agent tools: debit_cards (TOOLS.md section 4)."""

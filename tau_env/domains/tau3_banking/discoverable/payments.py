@@ -1,0 +1,1 @@
+"""Discoverable agent tools: payments (TOOLS.md section 4)."""

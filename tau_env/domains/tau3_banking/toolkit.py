@@ -1,0 +1,164 @@
+"""The machinery every tau3-banking tool uses: the episode context, the pinned clock,
+deterministic ids, the record listing, and the registry of tools.
+
+Tools are plain functions ``fn(self, ...)`` whose ``self`` is the episode's :class:`Tau3Context`.
+The decorators name them ``KnowledgeTools.<name>`` / ``KnowledgeUserTools.<name>``, so that
+Python's own ``TypeError`` texts for bad arguments read exactly as the benchmark's do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tau_env.domains.tau3_banking.store import Store
+from tau_env.tools import ToolContext
+
+#: "Today" in every date the tools write.
+TODAY = "11/14/2025"
+#: "Now" for account-age arithmetic.
+NOW = datetime(2025, 11, 14, 3, 40, 0)
+#: What get_current_time returns.
+CURRENT_TIME_TEXT = "The current time is 2025-11-14 03:40:00 EST."
+
+
+def H(seed: str, n: int) -> str:  # noqa: N802 - the specification's name
+    """The first ``n`` hex digits of SHA-256 of ``seed``."""
+    return hashlib.sha256(seed.encode("utf-8")).hexdigest()[:n]
+
+
+@dataclass
+class Tau3Context(ToolContext):
+    """The episode as tau3-banking's tools see it.
+
+    Attributes:
+        store: Row access with the benchmark's semantics.
+        read_log_allowlist: Read-only discoverable tools whose calls are logged in this task.
+    """
+
+    read_log_allowlist: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def store(self) -> Store:
+        store = self.__dict__.get("_store")
+        if store is None or store.conn is not self.conn:
+            store = self.__dict__["_store"] = Store(self.conn)
+        return store
+
+    @property
+    def unlocked(self) -> set[str]:
+        """Discoverable agent tools unlocked in this episode (in memory, never in the database)."""
+        return self.state.setdefault("unlocked", set())
+
+    @property
+    def given(self) -> dict[str, Any]:
+        """Discoverable user tools given in this episode, with the arguments the agent gave."""
+        return self.state.setdefault("given", {})
+
+
+# --- registry -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    fn: Callable[..., str]
+    side: str  # "agent" or "user"
+    discoverable: bool
+
+
+AGENT_TOOLS: dict[str, ToolSpec] = {}
+USER_TOOLS: dict[str, ToolSpec] = {}
+
+
+def _register(registry: dict[str, ToolSpec], cls: str, side: str, discoverable: bool) -> Callable[[Callable], Callable]:
+    def wrap(fn: Callable[..., str]) -> Callable[..., str]:
+        fn.__qualname__ = f"{cls}.{fn.__name__}"  # Python's TypeError texts name the function this way
+        if fn.__name__ in registry:
+            raise ValueError(f"tau3 tool {fn.__name__!r} is defined twice.")
+        registry[fn.__name__] = ToolSpec(fn.__name__, fn, side, discoverable)
+        return fn
+
+    return wrap
+
+
+def agent_tool(fn: Callable[..., str]) -> Callable[..., str]:
+    """A base agent tool (in the agent's schema)."""
+    return _register(AGENT_TOOLS, "KnowledgeTools", "agent", False)(fn)
+
+
+def discoverable_agent_tool(fn: Callable[..., str]) -> Callable[..., str]:
+    """A discoverable agent tool (reached through unlock / call_discoverable_agent_tool)."""
+    return _register(AGENT_TOOLS, "KnowledgeTools", "agent", True)(fn)
+
+
+def user_tool(fn: Callable[..., str]) -> Callable[..., str]:
+    """A user tool (in the user's schema)."""
+    return _register(USER_TOOLS, "KnowledgeUserTools", "user", False)(fn)
+
+
+def discoverable_user_tool(fn: Callable[..., str]) -> Callable[..., str]:
+    """A discoverable user tool (given by the agent, called through call_discoverable_user_tool)."""
+    return _register(USER_TOOLS, "KnowledgeUserTools", "user", True)(fn)
+
+
+# --- shared formats -------------------------------------------------------------------------------
+def listing(table: str, rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """The record listing: ``Found <n> record(s) in '<table>':`` and each row field by field."""
+    if not rows:
+        return f"No records found in '{table}'."
+    lines = [f"Found {len(rows)} record(s) in '{table}':", ""]
+    for i, (rid, row) in enumerate(rows, 1):
+        lines.append(f"{i}. Record ID: {rid}")
+        lines.extend(f"   {k}: {v}" for k, v in row.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def query_listing(self: Tau3Context, table: str, field_name: str, value: Any) -> str:
+    """The listing of rows where ``field_name`` equals ``value``, with the filter built as JSON text.
+
+    The benchmark pastes the value into a small JSON text, so a value containing ``"`` or ``\\``
+    fails to parse; the error text is Python's JSON decoder message.
+    """
+    try:
+        filt = json.loads('{"%s": "%s"}' % (field_name, value))  # noqa: UP031 - reproduces the pasting
+    except json.JSONDecodeError as e:
+        return f"Error: Invalid JSON: {e}"
+    try:
+        rows = self.store.where(table, **filt)
+    except Exception as e:  # pragma: no cover - mirrors the benchmark's catch-all
+        return f"Error querying database: {e}"
+    return listing(table, rows)
+
+
+def money(value: Any) -> float:
+    """A balance as a number: numbers as is, strings without ``$`` and ``,``."""
+    if isinstance(value, (int, float)):
+        return value
+    return float(str(value).replace("$", "").replace(",", ""))
+
+
+def ints_to_floats(value: Any) -> Any:
+    """Every integer inside parsed JSON becomes a float (booleans, strings and null unchanged)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, list):
+        return [ints_to_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: ints_to_floats(v) for k, v in value.items()}
+    return value
+
+
+def title_case(text: str) -> str:
+    """``some_reason`` -> ``Some Reason``."""
+    return text.replace("_", " ").title()
+
+
+def executed_block(name: str, arguments: dict[str, Any]) -> str:
+    """``Executed: <name>`` and ``Arguments: <JSON, indent 2>``."""
+    return f"Executed: {name}\nArguments: {json.dumps(arguments, indent=2)}"
