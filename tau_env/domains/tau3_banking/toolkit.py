@@ -118,7 +118,7 @@ def listing(table: str, rows: list[tuple[str, dict[str, Any]]]) -> str:
 
 
 def query_listing(self: Tau3Context, table: str, field_name: str, value: Any) -> str:
-    """The listing of rows where ``field_name`` equals ``value``, with the filter built as JSON text.
+    r"""The listing of rows where ``field_name`` equals ``value``, with the filter built as JSON text.
 
     The benchmark pastes the value into a small JSON text, so a value containing ``"`` or ``\\``
     fails to parse; the error text is Python's JSON decoder message.
