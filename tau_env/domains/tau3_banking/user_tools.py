@@ -160,7 +160,8 @@ def submit_transaction(
     return (
         f"Transaction submitted successfully!\n  - Transaction ID: {rid}\n  - User ID: {user_id}\n"
         f"  - Card Type: {credit_card_type}\n  - Merchant: {merchant_name}\n  - Amount: ${amount:.2f}\n"
-        f"  - Category: {category}\n  - Date: {TODAY}\n  - Rewards Earned: {points} points ({float(rate)}% cashback rate)\n"
+        f"  - Category: {category}\n  - Date: {TODAY}\n"
+        f"  - Rewards Earned: {points} points ({float(rate)}% cashback rate)\n"
     )
 
 
