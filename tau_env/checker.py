@@ -42,15 +42,13 @@ def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
             problems.append(f"required document {doc!r} does not exist.")
     if problems:
         return problems
-    from tau_env.db import EpisodeDB
-
-    db1, steps1 = domain.replay(task)
+    db1 = domain.start_db(task)
+    initial_digest = db1.digest()
+    steps1 = domain.run_actions(db1, task)
     for i, s in enumerate(steps1):
         if s.error:
             problems.append(f"action {i} ({s.name}) failed in the reference replay: {s.output[:300]}")
-    init = EpisodeDB(domain.schema, domain.image(task))
-    changed = db1.digest() != init.digest()
-    init.close()
+    changed = db1.digest() != initial_digest
     if task.expect_no_change and changed:
         problems.append("expect_no_change is set but the reference actions change the database.")
     if not task.expect_no_change and not changed:

@@ -119,6 +119,23 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tau_env.registry import registry
+
+    domain = registry.load_domain(args.domain, **_domain_kwargs(args))
+    tasks = domain.tasks if args.task == "all" else [domain.task(args.task)]
+    for task in tasks:
+        record = domain.replay_record(task)
+        if args.json:
+            print(json.dumps(record, ensure_ascii=False))
+        else:
+            print(f"== {task.id}: {len(record['actions'])} actions")
+            for i, a in enumerate(record["actions"]):
+                flag = " (error)" if a["error"] else ""
+                print(f"[{i:>2}] {a['requestor']:<9} {a['name']}{flag}\n     {a['output'][:300]}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tau-env", description="Evaluate and check tau_env domains.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -147,6 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_eval)
 
+    s = sub.add_parser("replay", help="replay tasks' reference actions: outputs and final database")
+    s.add_argument("domain", help="environment id, e.g. tau3-banking")
+    s.add_argument("--task", required=True, help="a task id, or 'all' (one line per task)")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"task_id", "actions": [{"name", "requestor", "output", "error"}], "final_db"}',
+    )
+    s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
+    s.set_defaults(fn=cmd_replay)
+
     s = sub.add_parser("show", help="print trajectories readably")
     s.add_argument("path", help="a results folder or a trajectories.jsonl file")
     s.add_argument("--task", action="append", help="only this task (repeatable)")
@@ -166,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     except Error as e:
         print(f"tau-env: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader (e.g. `head`) stopped early: not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -183,15 +183,24 @@ class Domain:
 
     def replay(self, task: Task, strict: bool = False) -> tuple[EpisodeDB, list[ReplayStep]]:
         """Replay the task's reference actions on s0; returns the final database and each output."""
+        db = self.start_db(task)
+        return db, self.run_actions(db, task, strict)
+
+    def start_db(self, task: Task | None) -> EpisodeDB:
+        """A new database holding s0 of ``task``."""
         db = EpisodeDB(self.schema)
         db.start(self._seed_image, self.initializer(task))
+        return db
+
+    def run_actions(self, db: EpisodeDB, task: Task, strict: bool = False) -> list[ReplayStep]:
+        """Run the task's reference actions on ``db`` through the full toolbox."""
         box = self.toolbox("all")
         ctx = self.context(db, task, box)
         steps = []
         for a in task.actions:
             res: ToolResult = box.call(ctx, a.requestor, a.name, dict(a.arguments), strict=strict)
             steps.append(ReplayStep(a.name, a.requestor, res.content, res.error))
-        return db, steps
+        return steps
 
 
 def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -> Domain:

@@ -55,10 +55,9 @@ class Grader:
     def target(self, task: Task) -> Target:
         t = self._targets.get(task.id)
         if t is None:
-            init = EpisodeDB(self.domain.schema, self.domain.image(task))
-            init_digests = init.table_digests()
-            init.close()
-            db, _ = self.domain.replay(task)
+            db = self.domain.start_db(task)
+            init_digests = db.table_digests()
+            self.domain.run_actions(db, task)
             digests = db.table_digests()
             changed = frozenset(n for n in digests if digests[n] != init_digests[n])
             t = Target(db.snapshot(), digests, changed)
