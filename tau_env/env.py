@@ -233,6 +233,14 @@ class TauEnv(AECEnv):
             self.agent_selection = next_seat
         self._accumulate_rewards()
 
+    def end_episode(self, reason: str) -> None:
+        """End the live episode from outside (e.g. a harness that detected a loop): truncated, reward 0."""
+        if not self._started:
+            raise EpisodeOverError("Call reset() before end_episode().")
+        if self.termination_reason is None:
+            self._finish(reason, truncated=True)
+            self._accumulate_rewards()
+
     def _finish(self, reason: str, truncated: bool) -> None:
         grade = self.domain.grader.grade(self._db, self.task)
         reward = 0.0 if truncated else grade.reward  # a conversation cut off is not a success

@@ -57,6 +57,14 @@ class CheckError(Error):
     """Raised by ``check_domain`` / ``check_task`` when a domain or task breaks a contract."""
 
 
+class InfrastructureError(Error):
+    """Raised by model clients when a server fails (unreachable, 5xx, timeout) after every retry.
+
+    The harness retries such an episode or reports it as an infrastructure error; it is never
+    scored as a failure of the model.
+    """
+
+
 class DependencyNotInstalled(Error, ImportError):
     """Raised when an optional feature needs an extra that is not installed."""
 

@@ -1,0 +1,162 @@
+"""Playing one episode with two policies, synchronously or on an event loop."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tau_env.env import TauEnv
+
+#: An agent that repeats the same action this many times in a row ends the episode ("loop").
+DEFAULT_LOOP_LIMIT = 5
+
+
+@dataclass
+class EpisodeResult:
+    """The outcome of one episode, as written to ``trajectories.jsonl``."""
+
+    task_id: str
+    trial: int
+    seed: int
+    reward: float
+    termination_reason: str | None
+    steps: int
+    tool_calls: int
+    tool_errors: int
+    grade: dict[str, Any]
+    events: list[dict[str, Any]] = field(repr=False)
+    duration_s: float = 0.0
+    usage: dict[str, Any] = field(default_factory=dict)  # tokens and requests per seat, for LLM policies
+    error: str | None = None  # the infrastructure error, when termination_reason is "infrastructure_error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def episode_seed(base_seed: int, task_id: str, trial: int) -> int:
+    """A stable per-(task, trial) seed, independent of run order and of Python's hash salt."""
+    digest = hashlib.sha256(f"{base_seed}:{task_id}:{trial}".encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def _fingerprint(action: Any) -> str:
+    """What makes two agent actions "the same" for the loop rule: text and calls, not call ids."""
+    if not isinstance(action, dict):
+        return repr(action)
+    calls = [
+        (tc.get("function", {}).get("name"), tc.get("function", {}).get("arguments"))
+        for tc in action.get("tool_calls") or []
+        if isinstance(tc, dict)
+    ]
+    return json.dumps([action.get("content"), calls], sort_keys=True, default=str)
+
+
+class _Driver:
+    """The loop both runners share: reset, hand each seat its observation, apply actions, the loop rule."""
+
+    def __init__(
+        self, env: TauEnv, agent: Any, user: Any, task_id: str | None, seed: int, trial: int, loop_limit: int | None
+    ):
+        self.env, self.trial, self.seed, self.loop_limit = env, trial, seed, loop_limit
+        self.started = time.perf_counter()
+        env.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
+        self.policies = {"agent": agent, "user": user}
+        for p in self.policies.values():
+            reset = getattr(p, "reset", None)
+            if callable(reset):
+                reset(task=env.task, seed=seed)
+        self._last: str | None = None
+        self._repeats = 0
+
+    def turns(self):
+        """Yield (seat, observation) while a live seat must act; dead seats are stepped with None."""
+        for seat in self.env.agent_iter():
+            obs, _, terminated, truncated, _ = self.env.last()
+            if terminated or truncated:
+                self.env.step(None)
+            else:
+                yield seat, obs
+
+    def apply(self, seat: str, action: Any) -> None:
+        self.env.step(action)
+        if seat == "agent" and self.loop_limit:
+            fp = _fingerprint(action)
+            self._repeats = self._repeats + 1 if fp == self._last else 1
+            self._last = fp
+            if self._repeats >= self.loop_limit:
+                self.env.end_episode("loop")
+
+    def result(self) -> EpisodeResult:
+        env = self.env
+        calls = errors = 0
+        for ev in env.trajectory:
+            for r in ev.get("tool_results", ()):
+                calls += 1
+                errors += bool(r["error"])
+        usage = {}
+        for seat, p in self.policies.items():
+            u = getattr(p, "usage", None)
+            if u is not None:
+                usage[seat] = asdict(u) if hasattr(u, "__dataclass_fields__") else dict(u)
+        grade = env.grade_result.to_dict() if env.grade_result is not None else {}
+        return EpisodeResult(
+            env.task.id,
+            self.trial,
+            self.seed,
+            env.episode_reward,
+            env.termination_reason,
+            env.num_steps,
+            calls,
+            errors,
+            grade,
+            env.trajectory,
+            time.perf_counter() - self.started,
+            usage,
+        )
+
+
+def run_episode(
+    env: TauEnv,
+    agent: Callable[[dict], Any],
+    user: Callable[[dict], Any],
+    task_id: str | None = None,
+    seed: int = 0,
+    trial: int = 0,
+    loop_limit: int | None = DEFAULT_LOOP_LIMIT,
+) -> EpisodeResult:
+    """Play one episode with two synchronous policies (``obs -> action`` callables)."""
+    d = _Driver(env, agent, user, task_id, seed, trial, loop_limit)
+    for seat, obs in d.turns():
+        d.apply(seat, d.policies[seat](obs))
+    return d.result()
+
+
+async def _act(policy: Any, obs: dict[str, Any]) -> Any:
+    act = getattr(policy, "aact", None)
+    out = act(obs) if act is not None else policy(obs)
+    return await out if inspect.isawaitable(out) else out
+
+
+async def arun_episode(
+    env: TauEnv,
+    agent: Any,
+    user: Any,
+    task_id: str | None = None,
+    seed: int = 0,
+    trial: int = 0,
+    loop_limit: int | None = DEFAULT_LOOP_LIMIT,
+) -> EpisodeResult:
+    """Play one episode; policies may be async (``async def aact(obs)`` or an async ``__call__``).
+
+    An :class:`~tau_env.error.InfrastructureError` from a policy propagates: the caller decides
+    whether to retry the episode.
+    """
+    d = _Driver(env, agent, user, task_id, seed, trial, loop_limit)
+    for seat, obs in d.turns():
+        d.apply(seat, await _act(d.policies[seat], obs))
+    return d.result()

@@ -1,0 +1,337 @@
+"""Running many episodes: plans, fresh policies, concurrency, retries, resume, results folders."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tau_env.env import TauEnv
+from tau_env.error import InfrastructureError
+from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult, arun_episode, episode_seed, run_episode
+from tau_env.harness.metrics import INFRA, compute_metrics, format_metrics
+
+
+def _factory(policy: Any) -> Callable[[], Any]:
+    """A factory of fresh policies: a class or zero-argument function is called; an instance is copied."""
+    if isinstance(policy, type):
+        return policy
+    if callable(policy) and not hasattr(policy, "reset"):
+        try:
+            params = inspect.signature(policy).parameters.values()
+            if all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+                return policy
+        except (TypeError, ValueError):
+            pass
+    return lambda: copy.deepcopy(policy)
+
+
+@dataclass
+class EvalRun:
+    """Results of ``evaluate``: every episode (resumed ones included) and the metrics."""
+
+    results: list[EpisodeResult]
+    metrics: dict[str, Any]
+    out_dir: Path | None = None
+
+
+class _Writer:
+    """The results folder.
+
+    ``trajectories.jsonl`` gets one line per finished episode, flushed and synced at once, so
+    killing the process loses no finished episode; a torn last line (from a kill mid-write) is
+    cut off when the folder is opened again, and that episode runs again.
+    """
+
+    def __init__(self, out_dir: str | Path | None, config: dict[str, Any], resume: bool):
+        self.dir = Path(out_dir) if out_dir is not None else None
+        self.previous: list[dict[str, Any]] = []
+        if self.dir is None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / "trajectories.jsonl"
+        if resume and path.exists():
+            self.previous = _read_valid(path)
+        elif path.exists():
+            path.unlink()
+        (self.dir / "config.json").write_text(
+            json.dumps({**config, "resumed_episodes": len(self.previous)}, indent=2, default=str) + "\n"
+        )
+        self._traj = open(path, "a", encoding="utf-8")
+
+    def done_keys(self) -> set[tuple[str, int]]:
+        return {(r["task_id"], r["trial"]) for r in self.previous if r.get("termination_reason") != INFRA}
+
+    def episode(self, r: EpisodeResult) -> None:
+        if self.dir is not None:
+            self._traj.write(json.dumps(r.to_dict(), ensure_ascii=False, default=str) + "\n")
+            self._traj.flush()
+            os.fsync(self._traj.fileno())
+
+    def finish(self, metrics: dict[str, Any], title: str) -> None:
+        if self.dir is not None:
+            self._traj.close()
+            (self.dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+            (self.dir / "summary.txt").write_text(format_metrics(metrics, title) + "\n")
+
+
+def _read_valid(path: Path) -> list[dict[str, Any]]:
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # a torn last line: drop it
+        with open(path, "r+b") as f:
+            f.truncate(end)
+    out = []
+    for n, line in enumerate(data[:end].splitlines(), 1):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            warnings.warn(f"{path}:{n}: not valid JSON; that episode will run again.", stacklevel=3)
+    return out
+
+
+def _plan(env: TauEnv, task_ids: Sequence[str] | None, trials: int, seed: int) -> list[tuple[str, int, int]]:
+    ids = list(task_ids) if task_ids else list(env.task_pool)
+    for t in ids:
+        env.domain.task(t)  # fail early on a typo
+    return [(t, k, episode_seed(seed, t, k)) for k in range(trials) for t in ids]
+
+
+def _make_env(env: str | Callable[[], TauEnv], **kwargs: Any) -> Callable[[], TauEnv]:
+    if isinstance(env, str):
+        from tau_env.registry import make
+
+        return lambda: make(env, **kwargs)
+    return env
+
+
+def _describe(policy: Any) -> Any:
+    d = getattr(policy, "describe", None)
+    return d() if callable(d) else getattr(policy, "__name__", type(policy).__name__)
+
+
+@dataclass
+class _Run:
+    """What evaluate and aevaluate share: the first env, the plan, fresh policies, the writer."""
+
+    make_env: Callable[[], TauEnv]
+    first: TauEnv
+    plan: list[tuple[str, int, int]]
+    new_agent: Callable[[], Any]
+    new_user: Callable[[], Any]
+    writer: _Writer
+    bar: Any
+    started: float = field(default_factory=time.perf_counter)
+    done: list[EpisodeResult] = field(default_factory=list)
+    finished_at: list[float] = field(default_factory=list)
+
+    @classmethod
+    def prepare(
+        cls,
+        env: Any,
+        agent: Any,
+        user: Any,
+        task_ids: Sequence[str] | None,
+        trials: int,
+        seed: int,
+        out_dir: str | Path | None,
+        progress: bool,
+        config: dict[str, Any],
+        make_kwargs: dict[str, Any],
+        resume: bool,
+    ) -> _Run:
+        from tau_env import __version__
+        from tau_env.users import USER_PROMPT_VERSION
+
+        make_env = _make_env(env, **make_kwargs)
+        first = make_env()
+        plan = _plan(first, task_ids, trials, seed)
+        new_agent, new_user = _factory(agent), _factory(user)
+        sample_agent, sample_user = new_agent(), new_user()
+        cfg = {
+            "tau_env_version": __version__,
+            "env": env if isinstance(env, str) else repr(first),
+            "domain": first.domain.name,
+            "retrieval": first.retrieval,
+            "max_steps": first.max_steps,
+            "trials": trials,
+            "seed": seed,
+            "user_prompt_version": USER_PROMPT_VERSION,
+            "agent": _describe(sample_agent),
+            "user": _describe(sample_user),
+            "tasks": sorted({t for t, _, _ in plan}),
+            **make_kwargs,
+            **config,
+        }
+        writer = _Writer(out_dir, cfg, resume)
+        done = writer.done_keys()
+        todo = [p for p in plan if (p[0], p[1]) not in done]
+        run = cls(make_env, first, todo, new_agent, new_user, writer, _bar(len(todo), progress))
+        run.previous = [r for r in writer.previous if (r["task_id"], r["trial"]) in done]
+        return run
+
+    def record(self, r: EpisodeResult) -> None:
+        self.done.append(r)
+        self.finished_at.append(time.perf_counter() - self.started)
+        self.writer.episode(r)
+        _tick(self.bar, self.done)
+
+    def finish(self, results: list[EpisodeResult], envs: Iterable[TauEnv]) -> EvalRun:
+        for e in envs:
+            e.close()
+        if self.bar is not None:
+            self.bar.close()
+        prior = [EpisodeResult(**r) for r in getattr(self, "previous", [])]
+        everything = prior + results
+        metrics = compute_metrics(everything, self.finished_at)
+        self.writer.finish(metrics, f"{self.first.domain.name}: {len(everything)} episodes")
+        return EvalRun(everything, metrics, self.writer.dir)
+
+
+def _is_async(policy_factory: Callable[[], Any]) -> bool:
+    p = policy_factory()
+    call = type(p).__call__ if callable(p) and not inspect.isfunction(p) else p
+    return hasattr(p, "aact") or inspect.iscoroutinefunction(call)
+
+
+def evaluate(
+    env: str | Callable[[], TauEnv],
+    agent: Any,
+    user: Any,
+    *,
+    task_ids: Sequence[str] | None = None,
+    trials: int = 1,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+    config: dict[str, Any] | None = None,
+    resume: bool = True,
+    loop_limit: int | None = DEFAULT_LOOP_LIMIT,
+    **make_kwargs: Any,
+) -> EvalRun:
+    """Run every (task, trial) episode, one at a time.
+
+    Args:
+        env: A registered id (``make_kwargs`` go to ``make``) or a zero-argument env factory.
+        agent: Agent policy: a class, a zero-argument factory, or an instance (copied per episode).
+            Asynchronous policies (LLM ones) are run by :func:`aevaluate` with concurrency 1.
+        user: User policy, in the same forms.
+        task_ids: Tasks to run (all of the env's task pool by default).
+        trials: Trials per task.
+        seed: Base seed; each episode's seed is derived from (seed, task, trial).
+        out_dir: Folder for config.json, trajectories.jsonl, metrics.json and summary.txt.
+        progress: Show a progress bar with the live pass rate on stderr (when it is a terminal).
+        config: Extra entries for config.json (e.g. model names).
+        resume: With an ``out_dir`` that holds finished episodes, skip them (default); False starts over.
+        loop_limit: End an episode with reason "loop" when the agent repeats one action this many times.
+    """
+    if _is_async(_factory(agent)) or _is_async(_factory(user)):
+        return asyncio.run(
+            aevaluate(
+                env,
+                agent,
+                user,
+                task_ids=task_ids,
+                trials=trials,
+                seed=seed,
+                concurrency=1,
+                out_dir=out_dir,
+                progress=progress,
+                config=config,
+                resume=resume,
+                loop_limit=loop_limit,
+                **make_kwargs,
+            )
+        )
+    run = _Run.prepare(env, agent, user, task_ids, trials, seed, out_dir, progress, config or {}, make_kwargs, resume)
+    for task_id, trial, ep_seed in run.plan:
+        run.record(run_episode(run.first, run.new_agent(), run.new_user(), task_id, ep_seed, trial, loop_limit))
+    return run.finish(run.done, [run.first])
+
+
+async def aevaluate(
+    env: str | Callable[[], TauEnv],
+    agent: Any,
+    user: Any,
+    *,
+    task_ids: Sequence[str] | None = None,
+    trials: int = 1,
+    seed: int = 0,
+    concurrency: int = 32,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+    config: dict[str, Any] | None = None,
+    resume: bool = True,
+    loop_limit: int | None = DEFAULT_LOOP_LIMIT,
+    episode_retries: int = 2,
+    **make_kwargs: Any,
+) -> EvalRun:
+    """Like :func:`evaluate`, with up to ``concurrency`` episodes in flight on one event loop.
+
+    An episode whose model server fails (:class:`~tau_env.error.InfrastructureError`) is run again
+    from the start, up to ``episode_retries`` times; then it is recorded with termination reason
+    ``"infrastructure_error"`` and left out of the scores. Results come back in plan order.
+    """
+    run = _Run.prepare(
+        env,
+        agent,
+        user,
+        task_ids,
+        trials,
+        seed,
+        out_dir,
+        progress,
+        {**(config or {}), "concurrency": concurrency},
+        make_kwargs,
+        resume,
+    )
+    pool = [run.first] + [run.make_env() for _ in range(max(0, min(concurrency, len(run.plan)) - 1))]
+    free: asyncio.Queue[TauEnv] = asyncio.Queue()
+    for e in pool:
+        free.put_nowait(e)
+    results: list[EpisodeResult | None] = [None] * len(run.plan)
+
+    async def one(i: int, task_id: str, trial: int, ep_seed: int) -> None:
+        e = await free.get()
+        try:
+            for attempt in range(episode_retries + 1):
+                try:
+                    results[i] = await arun_episode(
+                        e, run.new_agent(), run.new_user(), task_id, ep_seed, trial, loop_limit
+                    )
+                    break
+                except InfrastructureError as err:
+                    if attempt == episode_retries:
+                        results[i] = EpisodeResult(
+                            task_id, trial, ep_seed, 0.0, INFRA, e.num_steps, 0, 0, {}, e.trajectory, 0.0, {}, str(err)
+                        )
+        finally:
+            free.put_nowait(e)
+        run.record(results[i])
+
+    await asyncio.gather(*(one(i, *p) for i, p in enumerate(run.plan)))
+    return run.finish([r for r in results if r is not None], pool)
+
+
+def _bar(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="episodes", unit="ep", dynamic_ncols=True, disable=None)  # off when not a TTY
+
+
+def _tick(bar: Any, done: list[EpisodeResult]) -> None:
+    if bar is not None:
+        bar.update(1)
+        scored = [r for r in done if r.termination_reason != INFRA]
+        if scored:
+            bar.set_postfix(pass_rate=f"{sum(r.reward for r in scored) / len(scored):.3f}")

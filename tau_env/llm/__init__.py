@@ -1,0 +1,22 @@
+"""Model servers in either seat: an async OpenAI-compatible client, LLM agent and user policies.
+
+Needs the ``llm`` extra (the ``openai`` package); ``import tau_env`` does not load it.
+"""
+
+from tau_env.llm.cache import ResponseCache
+from tau_env.llm.client import ChatClient, InfrastructureError, Sampling, Usage
+from tau_env.llm.parsing import parse_text_tool_calls, strip_reasoning, to_action
+from tau_env.llm.policies import LLMAgent, LLMUser
+
+__all__ = [
+    "ChatClient",
+    "InfrastructureError",
+    "LLMAgent",
+    "LLMUser",
+    "ResponseCache",
+    "Sampling",
+    "Usage",
+    "parse_text_tool_calls",
+    "strip_reasoning",
+    "to_action",
+]

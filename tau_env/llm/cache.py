@@ -1,0 +1,50 @@
+"""A response cache keyed by the exact request: same conversation prefix, same reply.
+
+Makes repeated evaluations reproducible (a simulated user answers identically) and cheaper.
+Stored in one SQLite file, safe to share between processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+
+class ResponseCache:
+    """``key(request) -> reply`` in ``path`` (an SQLite file)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(request: dict[str, Any]) -> str:
+        return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def get(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._conn.execute("SELECT reply FROM replies WHERE key = ?", (self.key(request),)).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return json.loads(row[0])
+
+    def put(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO replies VALUES (?, ?)",
+                (self.key(request), json.dumps(reply, ensure_ascii=False)),
+            )
+
+    def close(self) -> None:
+        self._conn.close()
