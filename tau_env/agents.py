@@ -42,7 +42,7 @@ class OracleAgent:
             if not self._asked:
                 self._asked = True
                 return say(
-                    f"Please use {a.name} in your app now with these details: "
+                    f"Step {self._i + 1}: please use {a.name} in your app now with these details: "
                     f"{json.dumps(a.arguments, ensure_ascii=False)}. Tell me when it is done."
                 )
             self._asked = False  # the user has replied: its action is done

@@ -45,8 +45,26 @@ def test_replay_matches_golden(domain, initial_db, task_id):
         assert record["final_db"][table]["notes"] == content["notes"], f"{table}: notes"
 
 
-def test_every_task_replays_without_an_exception(domain):
+def test_all_97_tasks_replay_without_unexpected_errors(domain):
+    """No exception anywhere, and error texts only where the benchmark's own data is defective."""
+    errors = set()
     for task in domain.tasks:
         record = domain.replay_record(task)
-        errors = [a for a in record["actions"] if a["error"]]
-        assert not errors, (task.id, errors[:1])
+        assert not [a for a in record["actions"] if a["error"]], task.id
+        errors |= {(task.id, i) for i, a in enumerate(record["actions"]) if a["output"].startswith(("Error", "Failed"))}
+    # documented in docs/tau3_banking.md: task_051's repeated request, task_083's missing argument
+    assert errors == {("task_051", 17), ("task_083", 6), ("task_083", 7), ("task_083", 8), ("task_083", 9)}
+    assert len(domain.tasks) == 97
+
+
+def test_oracle_with_scripted_user_scores_one_on_database_tasks(domain):
+    run = tau_env.evaluate(lambda: tau_env.TauEnv(domain), tau_env.OracleAgent, tau_env.ScriptedUser)
+    db_tasks = {t.id for t in domain.tasks if "DB" in t.metadata["reward_basis"]}
+    assert len(db_tasks) == 88
+    assert {r.task_id for r in run.results if r.reward == 1.0} >= db_tasks
+
+
+def test_do_nothing_agent_fails_every_task_that_writes(domain):
+    run = tau_env.evaluate(lambda: tau_env.TauEnv(domain), tau_env.NoopAgent, tau_env.ScriptedUser)
+    passed = {r.task_id for r in run.results if r.reward == 1.0}
+    assert passed == {"task_004", "task_008", "task_012", "task_014"}  # transfer-only tasks: nothing to write
