@@ -24,7 +24,7 @@ from tau_env.domains.tau3_banking import interface
 from tau_env.domains.tau3_banking import user_tools as _user_tools  # noqa: F401
 from tau_env.domains.tau3_banking.data import load as load_data
 from tau_env.domains.tau3_banking.data import resolve_data_dir
-from tau_env.domains.tau3_banking.store import DDL, Store, apply_initialization, load_seed
+from tau_env.domains.tau3_banking.store import DDL, Store, apply_initialization, initialization_plan, load_seed
 from tau_env.domains.tau3_banking.toolkit import AGENT_TOOLS, NOW, USER_TOOLS, Tau3Context
 from tau_env.error import DomainError
 from tau_env.tasks import Task
@@ -90,10 +90,14 @@ class Tau3Domain(Domain):
         return lambda conn: self.apply_initial_state(conn, task)
 
     def apply_initial_state(self, conn: sqlite3.Connection, task: Task) -> None:
-        try:
-            apply_initialization(conn, task.metadata["agent_data"])
-        except ValueError as e:
-            raise DomainError(f"Task {task.id}: {e}") from e
+        plans = self.__dict__.setdefault("_init_plans", {})
+        plan = plans.get(task.id)
+        if plan is None:
+            try:
+                plan = plans[task.id] = initialization_plan(self.db_json, task.metadata["agent_data"])
+            except ValueError as e:
+                raise DomainError(f"Task {task.id}: {e}") from e
+        apply_initialization(conn, plan)
 
     def context(self, db: EpisodeDB, task: Task | None, toolbox: Toolbox) -> Tau3Context:
         allow = frozenset(task.metadata.get("read_log_allowlist", ())) if task is not None else frozenset()

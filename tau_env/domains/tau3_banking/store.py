@@ -147,14 +147,29 @@ def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any
     return base
 
 
-def apply_initialization(conn: sqlite3.Connection, agent_data: Mapping[str, Any]) -> None:
-    """Deep-merge a task's ``initialization_data.agent_data`` into the tables."""
-    store = Store(conn)
+def initialization_plan(db: Mapping[str, Any], agent_data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """What deep-merging ``agent_data`` over the seed ``db`` writes, as ``(table, id, canon, data, notes)``
+    rows (``notes`` only for the notes pseudo-row), computed once per task so that resets replay it
+    without JSON work."""
+    plan = []
     for t, table in agent_data.items():
         if t not in TABLES:
             raise ValueError(f"initialization data names an unknown table {t!r}; tables are {list(TABLES)}.")
+        seed_rows = (db.get(t) or {}).get("data") or {}
         for rid, row in ((table or {}).get("data") or {}).items():
-            current = store.get(t, rid)
-            store.put(t, rid, deep_merge(current, row) if current is not None else deep_merge({}, row))
+            current = json.loads(json.dumps(seed_rows[rid])) if rid in seed_rows else {}
+            merged = deep_merge(current, row)
+            plan.append((t, rid, _canon(merged), _dump(merged), ""))
         if "notes" in (table or {}):
-            store.set_notes(t, table["notes"])
+            plan.append((NOTES_TABLE, t, "", "", table["notes"]))
+    return plan
+
+
+def apply_initialization(conn: sqlite3.Connection, plan: list[tuple[str, str, str, str, str]]) -> None:
+    """Write an :func:`initialization_plan` (rows in place if they exist, appended otherwise)."""
+    for t, rid, canon, data, notes in plan:
+        if t == NOTES_TABLE:
+            conn.execute(f"INSERT OR REPLACE INTO {NOTES_TABLE} VALUES (?, ?)", (rid, notes))
+            continue
+        if conn.execute(f'UPDATE "{t}" SET canon = ?, _data = ? WHERE id = ?', (canon, data, rid)).rowcount == 0:
+            conn.execute(f'INSERT INTO "{t}" (id, canon, _data) VALUES (?, ?, ?)', (rid, canon, data))
