@@ -150,7 +150,8 @@ def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any
 def initialization_plan(db: Mapping[str, Any], agent_data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """What deep-merging ``agent_data`` over the seed ``db`` writes, as ``(table, id, canon, data, notes)``
     rows (``notes`` only for the notes pseudo-row), computed once per task so that resets replay it
-    without JSON work."""
+    without JSON work.
+    """
     plan = []
     for t, table in agent_data.items():
         if t not in TABLES:
