@@ -18,9 +18,9 @@ from tau_env.checker import check_domain, check_task
 from tau_env.db import EpisodeDB, Schema
 from tau_env.domain import Domain, load_domain_dir
 from tau_env.env import EpisodeSnapshot, TauEnv
-from tau_env.error import ToolError
+from tau_env.error import InfrastructureError, ToolError
 from tau_env.grading import Grade, Grader
-from tau_env.harness import EpisodeResult, aevaluate, evaluate, pass_hat_k, run_episode
+from tau_env.harness import EpisodeResult, aevaluate, arun_episode, evaluate, pass_hat_k, run_episode
 from tau_env.knowledge import Document, KnowledgeBase
 from tau_env.messages import OUT_OF_SCOPE, STOP, TRANSFER, assistant_message, call, say, tool_call
 from tau_env.registry import EnvSpec, make, register, registry
@@ -43,6 +43,7 @@ __all__ = [
     "EpisodeSnapshot",
     "Grade",
     "Grader",
+    "InfrastructureError",
     "KnowledgeBase",
     "NoopAgent",
     "OUT_OF_SCOPE",

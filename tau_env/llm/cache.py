@@ -26,6 +26,9 @@ class ResponseCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ResponseCache:
+        return self  # one cache file, shared by every copy of a policy
+
     @staticmethod
     def key(request: dict[str, Any]) -> str:
         return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()

@@ -89,6 +89,9 @@ class ChatClient:
         self.cache = cache
         self._client: Any = None
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ChatClient:
+        return self  # policies are copied per episode; their client (a connection pool) is shared
+
     def describe(self) -> dict[str, Any]:
         """Configuration for the run record (no key)."""
         return {
