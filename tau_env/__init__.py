@@ -61,6 +61,7 @@ __all__ = [
     "ToolError",
     "Toolbox",
     "aevaluate",
+    "arun_episode",
     "assistant_message",
     "call",
     "check_domain",
