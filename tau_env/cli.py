@@ -54,28 +54,64 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from tau_env.harness import evaluate, format_metrics
+def _llm(args: argparse.Namespace, seat: str) -> Any:
+    """An LLM policy for ``seat`` from the --<seat>-model flags, or None."""
+    model = getattr(args, f"{seat}_model")
+    if not model:
+        return None
+    from tau_env.llm import ChatClient, LLMAgent, LLMUser, ResponseCache, Sampling
 
-    out = args.out or Path("runs") / f"{args.domain}-{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cache = None
+    if seat == "user" and not args.no_cache:
+        from tau_env.knowledge.embed import cache_dir
+
+        cache = ResponseCache(Path(args.cache) if args.cache else cache_dir() / "responses.sqlite")
+    client = ChatClient(
+        model,
+        getattr(args, f"{seat}_base_url"),
+        api_key_env=getattr(args, f"{seat}_api_key_env"),
+        sampling=Sampling(temperature=getattr(args, f"{seat}_temperature"), max_tokens=args.max_tokens),
+        timeout=args.timeout,
+        retries=args.retries,
+        cache=cache,
+    )
+    return LLMAgent(client, strip_reasoning=args.strip_reasoning) if seat == "agent" else LLMUser(client)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tau_env.harness import aevaluate, evaluate, format_metrics
+
+    domain = args.domain_opt or args.domain
+    agent = _llm(args, "agent") or _agent(args.agent)
+    user = _llm(args, "user") or _user(args.user)
+    agent_name = args.agent_model or args.agent
+    user_name = args.user_model or args.user
+    out = args.out or Path("runs") / f"{domain}-{agent_name.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
     make_kwargs: dict[str, Any] = {**_domain_kwargs(args)}
     if args.max_steps:
         make_kwargs["max_steps"] = args.max_steps
     if args.retrieval:
         make_kwargs["retrieval"] = args.retrieval
-    run = evaluate(
-        args.domain,
-        _agent(args.agent),
-        _user(args.user),
+    common = dict(
         task_ids=args.task or None,
         trials=args.trials,
         seed=args.seed,
         out_dir=out,
         progress=not args.quiet,
-        config={"agent": args.agent, "user": args.user},
+        resume=not args.restart,
         **make_kwargs,
     )
-    print(format_metrics(run.metrics, f"{args.domain} | agent {args.agent} | user {args.user}"))
+    if args.backend == "ray":
+        from tau_env.harness.ray_backend import ray_evaluate
+
+        run = ray_evaluate(domain, agent, user, concurrency=args.concurrency, **common)
+    elif args.agent_model or args.user_model or args.concurrency > 1:
+        run = asyncio.run(aevaluate(domain, agent, user, concurrency=args.concurrency, **common))
+    else:
+        run = evaluate(domain, agent, user, **common)
+    print(format_metrics(run.metrics, f"{domain} | agent {agent_name} | user {user_name}"))
     print(f"results: {run.out_dir}")
     return 0
 
@@ -136,6 +172,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_sft(args: argparse.Namespace) -> int:
+    from tau_env.sft import export
+
+    if not args.jsonl and not args.parquet:
+        print("Give --jsonl FILE and/or --parquet FILE.", file=sys.stderr)
+        return 2
+    n = export(args.run, args.jsonl, args.parquet, min_reward=args.min_reward, greeting_turns=args.greeting_turns)
+    print(f"wrote {n} examples" + "".join(f" to {p}" for p in (args.jsonl, args.parquet) if p))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tau-env", description="Evaluate and check tau_env domains.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -150,10 +197,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
     s.set_defaults(fn=cmd_check)
 
-    s = sub.add_parser("eval", help="evaluate policies on a domain")
+    s = sub.add_parser("eval", help="evaluate policies (built-in or model servers) on a domain")
     s.add_argument("domain", nargs="?", default="harbor-bank-v0", help="environment id (default: harbor-bank-v0)")
+    s.add_argument("--domain", dest="domain_opt", help="environment id (same as the positional argument)")
     s.add_argument("--agent", choices=AGENTS, default="oracle", help="built-in agent policy (default: oracle)")
     s.add_argument("--user", choices=USERS, default="scripted", help="built-in user policy (default: scripted)")
+    for seat in ("agent", "user"):
+        s.add_argument(f"--{seat}-model", help=f"model name on an OpenAI-compatible server, for the {seat} seat")
+        s.add_argument(f"--{seat}-base-url", help=f"the {seat} server's base URL, e.g. http://127.0.0.1:8000/v1")
+        s.add_argument(
+            f"--{seat}-api-key-env",
+            default="OPENAI_API_KEY",
+            help="environment variable holding the key (keys never go on the command line)",
+        )
+        s.add_argument(f"--{seat}-temperature", type=float, default=0.0, help="sampling temperature (default 0)")
+    s.add_argument("--max-tokens", type=int, default=1024, help="per-turn token cap of model replies")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds per model request")
+    s.add_argument("--retries", type=int, default=3, help="retries of a failed model request")
+    s.add_argument("--strip-reasoning", action="store_true", help="drop the agent's reasoning from its history")
+    s.add_argument("--cache", help="user-simulator response cache file (default: ~/.cache/tau_env/responses.sqlite)")
+    s.add_argument("--no-cache", action="store_true", help="do not cache user-simulator replies")
+    s.add_argument("--concurrency", type=int, default=1, help="episodes in flight (asyncio)")
+    s.add_argument("--backend", choices=("local", "ray"), default="local", help="where episodes run")
+    s.add_argument("--restart", action="store_true", help="ignore finished episodes in --out and start over")
     s.add_argument("--trials", type=int, default=1, help="trials per task (default: 1)")
     s.add_argument("--task", action="append", help="run only this task (repeatable)")
     s.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
@@ -174,6 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
     s.set_defaults(fn=cmd_replay)
+
+    s = sub.add_parser("export-sft", help="turn successful episodes into chat-format SFT data")
+    s.add_argument("run", help="a results folder or a trajectories.jsonl file")
+    s.add_argument("--jsonl", help="write JSONL here")
+    s.add_argument("--parquet", help="write parquet here (needs pyarrow)")
+    s.add_argument("--min-reward", type=float, default=1.0, help="keep episodes with at least this reward")
+    s.add_argument(
+        "--greeting-turns",
+        type=int,
+        default=1,
+        help="leading assistant messages that are the env's greeting, not trained on (default 1)",
+    )
+    s.set_defaults(fn=cmd_export_sft)
 
     s = sub.add_parser("show", help="print trajectories readably")
     s.add_argument("path", help="a results folder or a trajectories.jsonl file")

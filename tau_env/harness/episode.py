@@ -33,6 +33,7 @@ class EpisodeResult:
     duration_s: float = 0.0
     usage: dict[str, Any] = field(default_factory=dict)  # tokens and requests per seat, for LLM policies
     error: str | None = None  # the infrastructure error, when termination_reason is "infrastructure_error"
+    agent_view: dict[str, Any] = field(default_factory=dict, repr=False)  # the agent's final chat and tools
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +105,7 @@ class _Driver:
             if u is not None:
                 usage[seat] = asdict(u) if hasattr(u, "__dataclass_fields__") else dict(u)
         grade = env.grade_result.to_dict() if env.grade_result is not None else {}
+        view = env.observe("agent")
         return EpisodeResult(
             env.task.id,
             self.trial,
@@ -117,6 +119,8 @@ class _Driver:
             env.trajectory,
             time.perf_counter() - self.started,
             usage,
+            None,
+            {"messages": view["messages"], "tools": view["tools"]},
         )
 
 
