@@ -117,15 +117,14 @@ class Tau3Domain(Domain):
         key = retrieval or self.retrieval
         box = self._toolboxes.get(key)
         if box is None:
+            # the benchmark lists its knowledge tools before the banking tools
             box = self._toolboxes[key] = Toolbox(
-                [*self.tools, *retrieval_tools(self, key)], unknown_tool_message=_not_found
+                [*retrieval_tools(self, key), *self.tools], unknown_tool_message=_not_found
             )
         return box
 
-    @property
-    def prompt_depends_on_task(self) -> bool:
-        """Only with ``golden_retrieval`` (the task's documents in the prompt)."""
-        return self.retrieval == "golden_retrieval"
+    #: ``golden_retrieval`` puts the task's documents in the prompt (the others are cached per configuration).
+    prompt_depends_on_task = True
 
     def system_prompt(self, retrieval: str | None = None, task: Task | None = None) -> str:
         from tau_env.domains.tau3_banking.prompts import build_prompt
