@@ -137,3 +137,13 @@ def test_pettingzoo_api_test_on_tau3(env):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         api_test(tau_env.make("tau3-banking", data_dir=str(DATA), max_steps=30), num_cycles=100)
+
+
+def test_unlock_and_give_texts_match_the_benchmark_for_every_tool(env, reference):
+    env.reset(options={"task_id": "task_001"})
+    env.step(say("hi"))
+    for name, text in reference["unlock_outputs"].items():
+        assert _agent(env, "unlock_discoverable_agent_tool", agent_tool_name=name) == text, name
+    for name, text in reference["give_outputs_no_arguments"].items():
+        assert _agent(env, "give_discoverable_user_tool", discoverable_tool_name=name) == text, name
+    assert len(reference["unlock_outputs"]) == 44
