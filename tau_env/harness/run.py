@@ -76,11 +76,14 @@ class _Writer:
             self._traj.flush()
             os.fsync(self._traj.fileno())
 
-    def finish(self, metrics: dict[str, Any], title: str) -> None:
+    def finish(self, metrics: dict[str, Any], title: str, results: list[EpisodeResult]) -> None:
         if self.dir is not None:
+            from tau_env import report
+
             self._traj.close()
             (self.dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
             (self.dir / "summary.txt").write_text(format_metrics(metrics, title) + "\n")
+            report.write(self.dir / "report.html", [r.to_dict() for r in results], metrics, title)
 
 
 def _read_valid(path: Path) -> list[dict[str, Any]]:
@@ -192,7 +195,7 @@ class _Run:
         prior = [EpisodeResult(**r) for r in getattr(self, "previous", [])]
         everything = prior + results
         metrics = compute_metrics(everything, self.finished_at)
-        self.writer.finish(metrics, f"{self.first.domain.name}: {len(everything)} episodes")
+        self.writer.finish(metrics, f"{self.first.domain.name}: {len(everything)} episodes", everything)
         return EvalRun(everything, metrics, self.writer.dir)
 
 
