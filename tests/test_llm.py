@@ -241,3 +241,20 @@ def test_resume_after_a_kill_loses_nothing(tmp_path):
     assert len(keys) == len(set(keys)) == 18  # 3 tasks x 6 trials, none twice
     assert keys[: len(first)] == [(r["task_id"], r["trial"]) for r in first]  # finished episodes kept as they were
     assert json.loads((out / "metrics.json").read_text())["episodes"] == 18
+
+
+def test_ray_backend_with_llm_policies(tmp_path):
+    ray = pytest.importorskip("ray")
+    from tau_env.harness.ray_backend import ray_evaluate
+
+    with FakeOpenAI(restock_script()) as server:
+        agent, user = policies(server.url, cache=ResponseCache(tmp_path / "c.sqlite"))
+        local = asyncio.run(aevaluate(lambda: TauEnv(make_domain()), agent, user, trials=2, concurrency=3))
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            dist = ray_evaluate(lambda: TauEnv(make_domain()), agent, user, trials=2, concurrency=3, chunk_size=2)
+        finally:
+            ray.shutdown()
+    assert [(r.task_id, r.trial, r.reward, r.termination_reason) for r in dist.results] == \
+        [(r.task_id, r.trial, r.reward, r.termination_reason) for r in local.results]
+    assert dist.metrics["pass@1"] == local.metrics["pass@1"]

@@ -296,20 +296,45 @@ async def aevaluate(
         make_kwargs,
         resume,
     )
-    pool = [run.first] + [run.make_env() for _ in range(max(0, min(concurrency, len(run.plan)) - 1))]
+    results, pool = await run_plan(
+        run.make_env,
+        run.new_agent,
+        run.new_user,
+        run.plan,
+        concurrency,
+        loop_limit,
+        episode_retries,
+        run.record,
+        first=run.first,
+    )
+    return run.finish(results, pool)
+
+
+async def run_plan(
+    make_env: Callable[[], TauEnv],
+    new_agent: Callable[[], Any],
+    new_user: Callable[[], Any],
+    plan: Sequence[tuple[str, int, int]],
+    concurrency: int,
+    loop_limit: int | None,
+    episode_retries: int,
+    on_result: Callable[[EpisodeResult], None] | None = None,
+    first: TauEnv | None = None,
+) -> tuple[list[EpisodeResult], list[TauEnv]]:
+    """Run ``plan`` with up to ``concurrency`` episodes in flight; results in plan order, and the envs used."""
+    n_envs = max(1, min(concurrency, len(plan)))
+    pool = ([first] if first is not None else []) + [make_env() for _ in range(n_envs - (first is not None))]
     free: asyncio.Queue[TauEnv] = asyncio.Queue()
     for e in pool:
         free.put_nowait(e)
-    results: list[EpisodeResult | None] = [None] * len(run.plan)
+    results: list[EpisodeResult | None] = [None] * len(plan)
 
     async def one(i: int, task_id: str, trial: int, ep_seed: int) -> None:
         e = await free.get()
         try:
             for attempt in range(episode_retries + 1):
                 try:
-                    results[i] = await arun_episode(
-                        e, run.new_agent(), run.new_user(), task_id, ep_seed, trial, loop_limit
-                    )
+                    results[i] = await arun_episode(e, new_agent(), new_user(), task_id, ep_seed, trial, loop_limit)
                     break
                 except InfrastructureError as err:
                     if attempt == episode_retries:
@@ -318,10 +343,11 @@ async def aevaluate(
                         )
         finally:
             free.put_nowait(e)
-        run.record(results[i])
+        if on_result is not None:
+            on_result(results[i])
 
-    await asyncio.gather(*(one(i, *p) for i, p in enumerate(run.plan)))
-    return run.finish([r for r in results if r is not None], pool)
+    await asyncio.gather(*(one(i, *p) for i, p in enumerate(plan)))
+    return [r for r in results if r is not None], pool
 
 
 def _bar(total: int, enabled: bool) -> Any:

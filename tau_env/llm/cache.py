@@ -26,6 +26,12 @@ class ResponseCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
+    def __getstate__(self) -> dict[str, Any]:  # for Ray workers: reopen the file there
+        return {"path": str(self.path)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
     def __deepcopy__(self, memo: dict[int, Any]) -> ResponseCache:
         return self  # one cache file, shared by every copy of a policy
 

@@ -89,6 +89,14 @@ class ChatClient:
         self.cache = cache
         self._client: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:  # for Ray workers: no module, no open connections
+        return {k: v for k, v in self.__dict__.items() if k not in ("_openai", "_client")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import openai
+
+        self.__dict__.update(state, _openai=openai, _client=None)
+
     def __deepcopy__(self, memo: dict[int, Any]) -> ChatClient:
         return self  # policies are copied per episode; their client (a connection pool) is shared
 

@@ -1,0 +1,102 @@
+"""Episodes spread over a Ray cluster (``pip install 'tau-env[ray]'``).
+
+``ray_evaluate`` cuts the plan into chunks, runs each chunk on a Ray worker (with its own envs
+and asyncio concurrency), and writes each chunk's episodes to the same results folder as they
+come back. The results folder, resume and metrics are those of the local backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tau_env.error import DependencyNotInstalled
+from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult
+from tau_env.harness.run import EvalRun, _make_env, _Run, run_plan
+
+
+def _chunk(
+    env: Any,
+    make_kwargs: dict[str, Any],
+    agent_factory: Callable[[], Any],
+    user_factory: Callable[[], Any],
+    plan: Sequence[tuple[str, int, int]],
+    concurrency: int,
+    loop_limit: int | None,
+    episode_retries: int,
+) -> list[dict[str, Any]]:
+    results, pool = asyncio.run(
+        run_plan(
+            _make_env(env, **make_kwargs), agent_factory, user_factory, plan, concurrency, loop_limit, episode_retries
+        )
+    )
+    for e in pool:
+        e.close()
+    return [r.to_dict() for r in results]
+
+
+def ray_evaluate(
+    env: str | Callable[[], Any],
+    agent: Any,
+    user: Any,
+    *,
+    task_ids: Sequence[str] | None = None,
+    trials: int = 1,
+    seed: int = 0,
+    concurrency: int = 8,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+    config: dict[str, Any] | None = None,
+    resume: bool = True,
+    loop_limit: int | None = DEFAULT_LOOP_LIMIT,
+    episode_retries: int = 2,
+    address: str | None = None,
+    chunk_size: int | None = None,
+    **make_kwargs: Any,
+) -> EvalRun:
+    """Like :func:`~tau_env.aevaluate`, on Ray workers.
+
+    Args:
+        concurrency: Episodes in flight per worker task.
+        address: The cluster to join (``"auto"``, ``"ray://host:10001"``); a local cluster by default.
+        chunk_size: Episodes per Ray task; by default the plan is cut into about four chunks per CPU.
+        Other arguments: as :func:`~tau_env.aevaluate`.
+    """
+    try:
+        import ray
+    except ImportError as e:
+        raise DependencyNotInstalled("The Ray backend needs the 'ray' extra: pip install 'tau-env[ray]'.") from e
+    run = _Run.prepare(
+        env,
+        agent,
+        user,
+        task_ids,
+        trials,
+        seed,
+        out_dir,
+        progress,
+        {**(config or {}), "backend": "ray", "concurrency": concurrency},
+        make_kwargs,
+        resume,
+    )
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    size = chunk_size or max(1, -(-len(run.plan) // (4 * cpus)))
+    chunks = [run.plan[i : i + size] for i in range(0, len(run.plan), size)]
+    remote = ray.remote(_chunk)
+    pending = {
+        remote.remote(env, make_kwargs, run.new_agent, run.new_user, c, concurrency, loop_limit, episode_retries): k
+        for k, c in enumerate(chunks)
+    }
+    by_chunk: dict[int, list[EpisodeResult]] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        k = pending.pop(done[0])
+        by_chunk[k] = [EpisodeResult(**r) for r in ray.get(done[0])]
+        for r in by_chunk[k]:
+            run.record(r)  # written to trajectories.jsonl as each chunk returns
+    results = [r for k in range(len(chunks)) for r in by_chunk[k]]
+    return run.finish(results, [run.first])
