@@ -88,14 +88,17 @@ def test_ray_backend_gives_the_same_metrics_as_the_local_one(tmp_path):
     local = evaluate("harbor-bank-v0", OracleAgent, ScriptedUser, trials=2, seed=4, out_dir=tmp_path / "local")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        dist = ray_evaluate("harbor-bank-v0", OracleAgent, ScriptedUser, trials=2, seed=4, out_dir=tmp_path / "ray",
-                            chunk_size=20)
+        dist = ray_evaluate(
+            "harbor-bank-v0", OracleAgent, ScriptedUser, trials=2, seed=4, out_dir=tmp_path / "ray", chunk_size=20
+        )
     finally:
         ray.shutdown()
     strip = lambda m: {k: v for k, v in m.items() if k != "time_to_done_s"}  # noqa: E731
     assert strip(dist.metrics) == strip(local.metrics)
-    assert [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in dist.results] == \
-        [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in local.results]
-    assert sorted((tmp_path / "ray").iterdir()) == [tmp_path / "ray" / f for f in
-                                                    ("config.json", "metrics.json", "report.html", "summary.txt",
-                                                     "trajectories.jsonl")]
+    assert [(r.task_id, r.trial, r.seed, r.reward, r.events) for r in dist.results] == [
+        (r.task_id, r.trial, r.seed, r.reward, r.events) for r in local.results
+    ]
+    assert sorted((tmp_path / "ray").iterdir()) == [
+        tmp_path / "ray" / f
+        for f in ("config.json", "metrics.json", "report.html", "summary.txt", "trajectories.jsonl")
+    ]

@@ -16,7 +16,7 @@ pytest.importorskip("openai")
 from tau_env import TauEnv, aevaluate, arun_episode  # noqa: E402
 from tau_env.llm import ChatClient, LLMAgent, LLMUser, ResponseCache, Sampling, parse_text_tool_calls  # noqa: E402
 from tests.conftest import make_domain  # noqa: E402
-from tests.fake_openai import FakeOpenAI, Reply, own_turns, seat_of, text, tool  # noqa: E402
+from tau_env.testing import FakeOpenAI, Reply, own_turns, seat_of, text, tool  # noqa: E402
 
 
 def restock_script(agent_replies=None):
@@ -255,6 +255,7 @@ def test_ray_backend_with_llm_policies(tmp_path):
             dist = ray_evaluate(lambda: TauEnv(make_domain()), agent, user, trials=2, concurrency=3, chunk_size=2)
         finally:
             ray.shutdown()
-    assert [(r.task_id, r.trial, r.reward, r.termination_reason) for r in dist.results] == \
-        [(r.task_id, r.trial, r.reward, r.termination_reason) for r in local.results]
+    assert [(r.task_id, r.trial, r.reward, r.termination_reason) for r in dist.results] == [
+        (r.task_id, r.trial, r.reward, r.termination_reason) for r in local.results
+    ]
     assert dist.metrics["pass@1"] == local.metrics["pass@1"]

@@ -85,30 +85,61 @@ def test_discovery_edge_cases(env, reference):
     digest = env.db_digest()
     assert _agent(env, "unlock_discoverable_agent_tool", agent_tool_name="no_such_tool_1234") == ref["unlock_unknown"]
     assert _agent(env, "call_discoverable_agent_tool", agent_tool_name="no_such_tool_1234") == ref["call_unknown"]
-    assert _agent(env, "call_discoverable_agent_tool", agent_tool_name="freeze_debit_card_3892",
-                  arguments='{"card_id": "x"}') == ref["call_not_unlocked"]
+    assert (
+        _agent(
+            env, "call_discoverable_agent_tool", agent_tool_name="freeze_debit_card_3892", arguments='{"card_id": "x"}'
+        )
+        == ref["call_not_unlocked"]
+    )
     _agent(env, "unlock_discoverable_agent_tool", agent_tool_name="freeze_debit_card_3892")
-    assert _agent(env, "call_discoverable_agent_tool", agent_tool_name="freeze_debit_card_3892",
-                  arguments="{bad") == ref["call_bad_json"]
-    assert _agent(env, "give_discoverable_user_tool", discoverable_tool_name="apply_for_credit_card") == \
-        ref["give_unknown"]
-    assert _agent(env, "give_discoverable_user_tool", discoverable_tool_name="get_referral_link",
-                  arguments="{bad") == ref["give_bad_json"]
-    assert _agent(env, "give_discoverable_user_tool", discoverable_tool_name="get_referral_link",
-                  arguments='{"foo": 1}') == ref["give_unexpected_param"]
+    assert (
+        _agent(env, "call_discoverable_agent_tool", agent_tool_name="freeze_debit_card_3892", arguments="{bad")
+        == ref["call_bad_json"]
+    )
+    assert (
+        _agent(env, "give_discoverable_user_tool", discoverable_tool_name="apply_for_credit_card")
+        == ref["give_unknown"]
+    )
+    assert (
+        _agent(env, "give_discoverable_user_tool", discoverable_tool_name="get_referral_link", arguments="{bad")
+        == ref["give_bad_json"]
+    )
+    assert (
+        _agent(env, "give_discoverable_user_tool", discoverable_tool_name="get_referral_link", arguments='{"foo": 1}')
+        == ref["give_unexpected_param"]
+    )
     assert _agent(env, "list_discoverable_agent_tools") == ref["list_agent_tools_empty"]
     assert _agent(env, "get_current_time") == ref["get_current_time"]
     assert _agent(env, "transfer_to_human_agents", summary="s", reason="bogus") == ref["transfer_invalid_reason"]
     assert _agent(env, "get_user_information_by_id", user_id="nobody") == ref["get_user_by_id_missing"]
     assert _agent(env, "change_user_email", user_id="nobody", new_email="a@b") == ref["change_email_missing_user"]
-    assert _user(env, "call_discoverable_user_tool", discoverable_tool_name="deposit_check_3847",
-                 arguments='{"account_id": "a", "check_amount": 5}') == ref["user_call_not_given"]
-    assert _user(env, "call_discoverable_user_tool", discoverable_tool_name="submit_referral") == \
-        ref["user_call_unknown"]
-    assert _user(env, "call_discoverable_user_tool", discoverable_tool_name="get_referral_link",
-                 arguments='{"user_id": "u"}') == ref["user_call_missing_param"]
-    assert _user(env, "call_discoverable_user_tool", discoverable_tool_name="get_referral_link",
-                 arguments='{"user_id": "u", "card_name": "c", "z": 1}') == ref["user_call_unexpected_param"]
+    assert (
+        _user(
+            env,
+            "call_discoverable_user_tool",
+            discoverable_tool_name="deposit_check_3847",
+            arguments='{"account_id": "a", "check_amount": 5}',
+        )
+        == ref["user_call_not_given"]
+    )
+    assert (
+        _user(env, "call_discoverable_user_tool", discoverable_tool_name="submit_referral") == ref["user_call_unknown"]
+    )
+    assert (
+        _user(
+            env, "call_discoverable_user_tool", discoverable_tool_name="get_referral_link", arguments='{"user_id": "u"}'
+        )
+        == ref["user_call_missing_param"]
+    )
+    assert (
+        _user(
+            env,
+            "call_discoverable_user_tool",
+            discoverable_tool_name="get_referral_link",
+            arguments='{"user_id": "u", "card_name": "c", "z": 1}',
+        )
+        == ref["user_call_unexpected_param"]
+    )
     assert _user(env, "list_discoverable_user_tools") == ref["list_user_tools_empty"]
     assert env.db_digest() == digest  # none of these changed the database
 
@@ -120,7 +151,8 @@ def test_python_type_errors_read_as_the_benchmarks(env):
     assert out == "Error: KnowledgeTools.get_user_information_by_id() got an unexpected keyword argument 'extra'"
     assert _agent(env, "no_such_tool") == "Error: Tool 'no_such_tool' not found."
     assert _agent(env, "get_user_information_by_id", user_id='a"b') == (
-        "Error: Invalid JSON: Expecting ',' delimiter: line 1 column 16 (char 15)")
+        "Error: Invalid JSON: Expecting ',' delimiter: line 1 column 16 (char 15)"
+    )
 
 
 def test_discoverable_tools_callable_by_name_without_logging(env):

@@ -7,7 +7,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tau_env.env import TauEnv
@@ -36,7 +36,8 @@ class EpisodeResult:
     agent_view: dict[str, Any] = field(default_factory=dict, repr=False)  # the agent's final chat and tools
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # shallow: the events are plain JSON-ready data already (dataclasses.asdict would copy them all)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def episode_seed(base_seed: int, task_id: str, trial: int) -> int:

@@ -37,7 +37,7 @@ def compute_metrics(
     how episodes ended, tool calls, tokens and steps per episode, and (given ``finished_at``,
     seconds from the start of the run) when 50/90/100 % of episodes were done.
     """
-    all_rows = [r.to_dict() if isinstance(r, EpisodeResult) else r for r in results]
+    all_rows = [r.__dict__ if isinstance(r, EpisodeResult) else r for r in results]
     rows = [r for r in all_rows if r["termination_reason"] != INFRA]
     per_task: dict[str, list[float]] = {}
     for r in rows:

@@ -18,6 +18,10 @@ class _LLMPolicy:
         self.seed: int | None = None
         self._turn = 0
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _LLMPolicy:
+        # a fresh policy per episode, sharing the client (its connection pool and cache)
+        return type(self)(self.client, parse_text_calls=self.parse_text_calls, strip_reasoning=self.strip_reasoning)
+
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         self.usage = Usage()
         self.seed = seed

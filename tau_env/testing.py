@@ -1,4 +1,4 @@
-"""A scripted OpenAI-compatible server on loopback, for tests and benchmarks.
+"""A scripted OpenAI-compatible server on loopback, for tests and benchmarks (yours and ours).
 
 ``FakeOpenAI(script)`` serves ``POST /v1/chat/completions`` on 127.0.0.1 (a free port) from a
 thread; ``script(request) -> Reply`` decides each answer: a message, an HTTP error status, or a
@@ -38,6 +38,11 @@ def tool(name: str, arguments: dict[str, Any] | str, call_id: str = "c1", **kw: 
         },
         **kw,
     )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 2048  # the listen backlog: thousands of episodes may connect at once
 
 
 class FakeOpenAI:
@@ -92,8 +97,7 @@ class FakeOpenAI:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
                     pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
