@@ -15,8 +15,8 @@ pytest.importorskip("openai")
 
 from tau_env import TauEnv, aevaluate, arun_episode  # noqa: E402
 from tau_env.llm import ChatClient, LLMAgent, LLMUser, ResponseCache, Sampling, parse_text_tool_calls  # noqa: E402
-from tests.conftest import make_domain  # noqa: E402
 from tau_env.testing import FakeOpenAI, Reply, own_turns, seat_of, text, tool  # noqa: E402
+from tests.conftest import make_domain  # noqa: E402
 
 
 def restock_script(agent_replies=None):

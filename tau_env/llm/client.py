@@ -97,7 +97,6 @@ class ChatClient:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         import openai
-
         from openai.types.chat import ChatCompletion
 
         self.__dict__.update(state, _openai=openai, _client=None, _completion_type=ChatCompletion)
