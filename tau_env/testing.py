@@ -111,7 +111,7 @@ class FakeOpenAI:
 
 
 def seat_of(request: dict[str, Any]) -> str:
-    """ "user" when the request comes from the user simulator (its system prompt holds the scenario)."""
+    """Which seat sent ``request``: "user" when its system prompt holds the scenario, else "agent"."""
     system = request["messages"][0].get("content") or ""
     return "user" if "<scenario>" in system else "agent"
 
