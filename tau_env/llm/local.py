@@ -1,0 +1,100 @@
+"""An in-process backend on ``transformers`` for small local models: no server needed.
+
+``TransformersClient`` has the same ``complete`` as :class:`~tau_env.llm.ChatClient`, so
+:class:`~tau_env.llm.LLMAgent` and :class:`~tau_env.llm.LLMUser` run on it unchanged. It renders
+the conversation and tool schemas with the model's chat template, generates on the CPU (in a
+worker thread, one generation at a time), and returns the text; tool calls the model prints in
+the hermes format (``<tool_call>{...}</tool_call>``) are parsed by the policy. Needs the ``embed``
+extra (torch and transformers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from tau_env.error import DependencyNotInstalled
+from tau_env.llm.client import Sampling, Usage
+
+
+class TransformersClient:
+    """Chat completions from a local causal LM.
+
+    Args:
+        model: A model folder (or a loaded ``PreTrainedModel``).
+        tokenizer: A tokenizer with a chat template; loaded from ``model`` when it is a folder.
+        sampling: Temperature (0 is greedy) and the per-turn token cap.
+    """
+
+    def __init__(self, model: str | Path | Any, tokenizer: Any = None, *, sampling: Sampling | None = None):
+        try:
+            import torch
+            import transformers
+        except ImportError as e:
+            raise DependencyNotInstalled(
+                "The local backend needs torch and transformers: pip install 'tau-env[embed]'."
+            ) from e
+        self._torch = torch
+        if isinstance(model, (str, Path)):
+            self.name = str(model)
+            tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
+        else:
+            self.name = getattr(getattr(model, "config", None), "name_or_path", type(model).__name__)
+        if tokenizer is None:
+            raise ValueError("Pass the tokenizer with a loaded model.")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.sampling = sampling or Sampling()
+        self._lock = threading.Lock()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": "transformers",
+            "model": self.name,
+            "temperature": self.sampling.temperature,
+            "max_tokens": self.sampling.max_tokens,
+        }
+
+    def _generate(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, seed: int | None
+    ) -> tuple[str, int, int]:
+        torch = self._torch
+        ids = self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.sampling.max_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+        }
+        if self.sampling.temperature > 0:
+            kwargs.update(do_sample=True, temperature=self.sampling.temperature)
+            if self.sampling.top_p is not None:
+                kwargs["top_p"] = self.sampling.top_p
+        else:
+            kwargs["do_sample"] = False
+        with self._lock, torch.no_grad():
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.model.generate(**ids, **kwargs)
+        prompt_len = ids["input_ids"].shape[1]
+        new = out[0, prompt_len:]
+        return self.tokenizer.decode(new, skip_special_tokens=True), prompt_len, int(new.shape[0])
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        seed: int | None = None,
+        usage: Usage | None = None,
+    ) -> dict[str, Any]:
+        text, prompt_tokens, completion_tokens = await asyncio.to_thread(self._generate, messages, tools, seed)
+        if usage is not None:
+            usage.requests += 1
+            usage.add({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
+        return {"role": "assistant", "content": text}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TransformersClient:
+        return self  # one model in memory, shared by every copy of a policy

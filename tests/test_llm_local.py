@@ -1,0 +1,76 @@
+"""The in-process transformers backend, on a tiny random model with a tokenizer trained here."""
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from tau_env import ScriptedUser, TauEnv, arun_episode  # noqa: E402
+from tau_env.llm import LLMAgent, Sampling  # noqa: E402
+from tests.conftest import make_domain  # noqa: E402
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}<|im_end|>\n{% endfor %}"
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t['function']['name'] }} {% endfor %}<|im_end|>\n"
+    "{% endif %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    corpus = ["Please restock the widget, thank you.", "unlock_tool secret_restock_1234 get_item widget"] * 50
+    tk.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=TEMPLATE
+    )
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=tk.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    path = tmp_path_factory.mktemp("tiny")
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_local_model_plays_the_agent_seat(tiny_model):
+    from tau_env.llm import TransformersClient
+
+    client = TransformersClient(tiny_model, sampling=Sampling(max_tokens=8))
+    agent = LLMAgent(client)
+    r = asyncio.run(arun_episode(TauEnv(make_domain(), max_steps=6), agent, ScriptedUser(), "restock", seed=1))
+    assert r.termination_reason in ("user_stop", "max_steps")
+    assert (
+        r.usage["agent"]["requests"] >= 1
+        and 0 < r.usage["agent"]["completion_tokens"] <= 8 * r.usage["agent"]["requests"]
+    )
+    agent_turns = [ev for ev in r.events if ev["seat"] == "agent"]
+    assert agent_turns and all("message" in ev for ev in agent_turns)
+    # greedy decoding with the same seed replays the same episode
+    again = asyncio.run(
+        arun_episode(TauEnv(make_domain(), max_steps=6), LLMAgent(client), ScriptedUser(), "restock", seed=1)
+    )
+    assert again.events == r.events
