@@ -78,9 +78,6 @@ class ChatClient:
         except ImportError as e:
             raise DependencyNotInstalled("Model servers need the 'llm' extra: pip install 'tau-env[llm]'.") from e
         self._openai = openai
-        from openai.types.chat import ChatCompletion
-
-        self._completion_type = ChatCompletion
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
@@ -93,13 +90,11 @@ class ChatClient:
         self._client: Any = None
 
     def __getstate__(self) -> dict[str, Any]:  # for Ray workers: no module, no open connections
-        return {k: v for k, v in self.__dict__.items() if k not in ("_openai", "_client", "_completion_type")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_openai", "_client")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         import openai
-        from openai.types.chat import ChatCompletion
-
-        self.__dict__.update(state, _openai=openai, _client=None, _completion_type=ChatCompletion)
+        self.__dict__.update(state, _openai=openai, _client=None)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ChatClient:
         return self  # policies are copied per episode; their client (a connection pool) is shared
@@ -171,7 +166,7 @@ class ChatClient:
                 # walk every message and tool schema through its type transforms (most of the client's
                 # CPU time at a thousand episodes in flight).
                 body = {k: v for k, v in req.items() if k != "extra_body"} | req.get("extra_body", {})
-                resp = await self._get_client().post("/chat/completions", body=body, cast_to=self._completion_type)
+                resp = await self._get_client().post("/chat/completions", body=body, cast_to=dict)
                 break
             except retryable as e:
                 last = e
@@ -185,12 +180,13 @@ class ChatClient:
                 f"{self.model} at {self.base_url} failed after {self.retries + 1} attempts: "
                 f"{type(last).__name__}: {last}"
             ) from last
-        if not resp.choices:
-            raise InfrastructureError(f"{self.model} at {self.base_url} returned no choices.")
-        message = resp.choices[0].message.model_dump(exclude_none=True)
+        choices = resp.get("choices") if isinstance(resp, dict) else None
+        if not choices or not isinstance(choices[0].get("message"), dict):
+            raise InfrastructureError(f"{self.model} at {self.base_url} returned no message: {str(resp)[:200]}")
+        message = {k: v for k, v in choices[0]["message"].items() if v is not None}
         if usage is not None:
             usage.requests += 1
-            usage.add(resp.usage.model_dump() if resp.usage is not None else None)
+            usage.add(resp.get("usage"))
         if self.cache is not None:
             self.cache.put(req, message)
         return message
