@@ -50,3 +50,50 @@ def test_import_is_light():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]"
+
+
+def test_eval_with_model_servers_and_export_sft(tmp_path, capsys, monkeypatch):
+    import pytest
+
+    pytest.importorskip("openai")
+    from tau_env.testing import FakeOpenAI, own_turns, seat_of, text, tool
+
+    def script(req):
+        n = own_turns(req)
+        if seat_of(req) == "user":
+            return text("I lost my debit card." if n == 0 else "Thanks ###STOP###")
+        return tool("get_current_time", {}, call_id=f"c{n}") if n == 1 else text("Done.")
+
+    monkeypatch.setenv("MY_KEY", "secret-value")
+    out = tmp_path / "run"
+    with FakeOpenAI(script) as server:
+        args = ["eval", "--domain", "harbor-bank-v0", "--agent-model", "m-agent", "--agent-base-url", server.url,
+                "--agent-api-key-env", "MY_KEY", "--user-model", "m-user", "--user-base-url", server.url,
+                "--trials", "2", "--concurrency", "8", "--task", "lost_card_standard_shipping",
+                "--task", "travel_notice_simple", "--cache", str(tmp_path / "cache.sqlite"), "--out", str(out),
+                "--quiet"]
+        assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "pass^2" in printed and "mean tokens" in printed
+    config = (out / "config.json").read_text()
+    assert "secret-value" not in config and '"api_key_env": "MY_KEY"' in config
+    cfg = json.loads(config)
+    assert cfg["agent"]["model"] == "m-agent" and cfg["user"]["model"] == "m-user"
+    assert cfg["user_prompt_version"] and cfg["retrieval"] == "bm25" and cfg["tau_env_version"]
+    assert cfg["agent"]["sampling"]["temperature"] == 0.0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["episodes"] == 4 and set(metrics["pass^k"]) == {"1", "2"}
+    assert set(metrics["time_to_done_s"]) == {"50%", "90%", "100%"} and metrics["terminations"] == {"user_stop": 4}
+    html = (out / "report.html").read_text()
+    assert "lost_card_standard_shipping" in html and "<script" in html
+    # teacher data: nothing succeeded with these scripted models, so no example...
+    assert main(["export-sft", str(out), "--jsonl", str(tmp_path / "sft.jsonl")]) == 0
+    assert (tmp_path / "sft.jsonl").read_text() == ""
+    # ...and with the oracle every episode becomes one
+    assert main(["eval", "--quiet", "--out", str(tmp_path / "oracle"), "--task", "lost_card_standard_shipping"]) == 0
+    assert main(["export-sft", str(tmp_path / "oracle"), "--jsonl", str(tmp_path / "sft.jsonl")]) == 0
+    ex = json.loads((tmp_path / "sft.jsonl").read_text())
+    assert ex["task_id"] == "lost_card_standard_shipping" and len(ex["train"]) == len(ex["messages"])
+    assert ex["messages"][0]["role"] == "system" and ex["train"][1] is False  # the env's greeting
+    assert any(ex["train"]) and all(m["role"] == "assistant" for m, t in zip(ex["messages"], ex["train"]) if t)
+    assert ex["tools"] and main(["export-sft", str(tmp_path / "oracle")]) == 2
