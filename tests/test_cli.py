@@ -97,3 +97,17 @@ def test_eval_with_model_servers_and_export_sft(tmp_path, capsys, monkeypatch):
     assert ex["messages"][0]["role"] == "system" and ex["train"][1] is False  # the env's greeting
     assert any(ex["train"]) and all(m["role"] == "assistant" for m, t in zip(ex["messages"], ex["train"]) if t)
     assert ex["tools"] and main(["export-sft", str(tmp_path / "oracle")]) == 2
+
+
+def test_export_sft_parquet(tmp_path):
+    import pytest
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    assert main(["eval", "--quiet", "--out", str(tmp_path / "run"), "--task", "wire_preferred"]) == 0
+    assert main(["export-sft", str(tmp_path / "run"), "--parquet", str(tmp_path / "sft.parquet"),
+                 "--jsonl", str(tmp_path / "sft.jsonl")]) == 0
+    table = pq.read_table(tmp_path / "sft.parquet")
+    rows = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert table.num_rows == len(rows) > 0
+    first = table.to_pylist()[0]
+    assert json.loads(first["messages"]) == rows[0]["messages"] and first["train"] == rows[0]["train"]
