@@ -46,7 +46,7 @@ def test_console_script_entry_point():
 def test_import_is_light():
     code = (
         "import sys, tau_env; heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'vllm', "
-        "'verl', 'ray', 'trl') if m in sys.modules]; print(heavy)"
+        "'verl', 'ray', 'trl', 'openai', 'pyarrow', 'httpx') if m in sys.modules]; print(heavy)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]"
