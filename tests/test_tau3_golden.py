@@ -68,3 +68,9 @@ def test_do_nothing_agent_fails_every_task_that_writes(domain):
     run = tau_env.evaluate(lambda: tau_env.TauEnv(domain), tau_env.NoopAgent, tau_env.ScriptedUser)
     passed = {r.task_id for r in run.results if r.reward == 1.0}
     assert passed == {"task_004", "task_008", "task_012", "task_014"}  # transfer-only tasks: nothing to write
+
+
+def test_every_task_passes_check_domain(domain):
+    from tau_env.checker import domain_problems
+
+    assert domain_problems(domain) == {}

@@ -9,11 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tau_env.domains.tau3_banking import interface
 from tau_env.error import DomainError
 from tau_env.knowledge import Document
 from tau_env.tasks import Action, Scenario, Task
 
 ENV_VAR = "TAU3_BANKING_DATA"
+_NON_MUTATING = frozenset(
+    [n for n, k in {**interface.BASE_KINDS, **interface.USER_KINDS}.items() if k == "read"]
+    + ["transfer_to_human_agents"]
+)
 _OPENER = re.compile(r'"([^"\n]{8,400})"')
 
 
@@ -122,6 +127,8 @@ def convert_task(raw: dict[str, Any], where: str) -> Task:
                 for a in actions
             ],
             required_documents=list(raw.get("required_documents") or []),
+            # the benchmark's own classification: no reference action mutates state (transfer-only tasks)
+            expect_no_change=bool(actions) and all(a.get("name") in _NON_MUTATING for a in actions),
             metadata={
                 "reward_basis": crit.get("reward_basis") or ["DB"],
                 "agent_data": init,
