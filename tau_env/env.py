@@ -39,7 +39,8 @@ class TauEnv(AECEnv):
 
     Two seats, ``"agent"`` and ``"user"``, take turns. An action is an OpenAI-style assistant
     message: text (delivered to the other seat, whose turn it becomes) or tool calls (run
-    against the database; the results go back to the caller, who keeps the turn).
+    against the database; the results go back to the caller, who keeps the turn). Text that
+    comes with tool calls stays in the caller's own chat, as a model's remarks to itself.
 
     Observation of a seat (a ``dict``, see :func:`tau_env.spaces.observation_space`):
         ``messages``: the seat's own chat, ready for a chat template: a system message, its own
@@ -48,6 +49,7 @@ class TauEnv(AECEnv):
         ``tools``: the seat's active tool schemas (OpenAI function format); grows when the agent
         unlocks or hands over tools.
         ``scenario`` (user only): the structured scenario of the task.
+        The message dicts are the env's own: read them, copy before changing them.
 
     Rewards: 0 until the end; then both seats get 1.0 iff the final database equals the task's
     target (its reference actions replayed on the initial state). A truncated episode gets 0.
