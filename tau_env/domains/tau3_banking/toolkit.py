@@ -154,6 +154,14 @@ def ints_to_floats(value: Any) -> Any:
     return value
 
 
+def age_days(date_opened: Any, reference: datetime = NOW) -> int | None:
+    """Whole days from ``date_opened`` (MM/DD/YYYY, midnight) to ``reference``; None if unparseable."""
+    try:
+        return (reference - datetime.strptime(str(date_opened), "%m/%d/%Y")).days
+    except ValueError:
+        return None
+
+
 def title_case(text: str) -> str:
     """``some_reason`` -> ``Some Reason``."""
     return text.replace("_", " ").title()

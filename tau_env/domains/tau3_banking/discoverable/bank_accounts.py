@@ -6,10 +6,10 @@ from datetime import datetime
 from typing import Any
 
 from tau_env.domains.tau3_banking.toolkit import (
-    NOW,
     TODAY,
     H,
     Tau3Context,
+    age_days,
     discoverable_agent_tool,
     listing,
     money,
@@ -51,15 +51,6 @@ def balance_of(account: dict[str, Any]) -> float:
 
 def is_live(account: dict[str, Any]) -> bool:
     return str(account.get("status", "")).upper() in LIVE
-
-
-def age_days(date_opened: Any) -> int | None:
-    """Whole days from ``date_opened`` (MM/DD/YYYY, midnight) to NOW; None if unparseable."""
-    try:
-        opened = datetime.strptime(str(date_opened), "%m/%d/%Y")
-    except ValueError:
-        return None
-    return (NOW - opened).days
 
 
 def _account_type(account: dict[str, Any]) -> Any:

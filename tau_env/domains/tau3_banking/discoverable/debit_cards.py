@@ -6,7 +6,15 @@ import json
 from datetime import datetime
 from typing import Any
 
-from tau_env.domains.tau3_banking.toolkit import TODAY, H, Tau3Context, discoverable_agent_tool, listing, title_case
+from tau_env.domains.tau3_banking.toolkit import (
+    TODAY,
+    H,
+    Tau3Context,
+    age_days,
+    discoverable_agent_tool,
+    listing,
+    title_case,
+)
 
 # --- shared rules ---------------------------------------------------------------------------------
 SEQUENTIAL_PINS = (
@@ -71,14 +79,6 @@ def _digits(seed: str, n_hex: int, keep: int) -> str:
 
 def _cards_of(self: Tau3Context, account_id: Any) -> list[tuple[str, dict[str, Any]]]:
     return self.store.where("debit_cards", account_id=account_id)
-
-
-def _age_days(date_opened: Any, reference: datetime) -> int | None:
-    """Whole days from ``date_opened`` (MM/DD/YYYY, midnight) to ``reference``; None if unparseable."""
-    try:
-        return (reference - datetime.strptime(date_opened, "%m/%d/%Y")).days
-    except (TypeError, ValueError):
-        return None
 
 
 def _fee_parts(delivery_fee: float, design_fee: float, excess: float) -> list[tuple[str, str]]:
@@ -697,7 +697,7 @@ def request_temporary_debit_card_limit_increase_8374(
             f"Account status: {account.get('status')}."
         )
     # Age against today at midnight; an unparseable date_opened skips the check.
-    age = _age_days(account.get("date_opened"), datetime.strptime(TODAY, "%m/%d/%Y"))
+    age = age_days(account.get("date_opened"), datetime.strptime(TODAY, "%m/%d/%Y"))
     if age is not None and age < 60:
         return f"Error: Account must be at least 60 days old for a temporary limit increase. Account age: {age} days."
     if limit_type == "atm":
