@@ -179,3 +179,51 @@ def test_unlock_and_give_texts_match_the_benchmark_for_every_tool(env, reference
     for name, text in reference["give_outputs_no_arguments"].items():
         assert _agent(env, "give_discoverable_user_tool", discoverable_tool_name=name) == text, name
     assert len(reference["unlock_outputs"]) == 44
+
+
+def test_llm_style_garbage_never_escapes_and_failed_calls_change_nothing(env):
+    """Random calls to every tau3 tool, with hostile and ill-typed arguments, through env.step."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tau_env.domains.tau3_banking import interface
+
+    names = [s["function"]["name"] for s in interface.AGENT_SCHEMAS] + list(interface.DISCOVERABLE_AGENT)
+    junk = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**6), 10**6),
+        st.floats(allow_nan=False),
+        st.text(max_size=30),
+        st.sampled_from(['"', "\\", "{", "'; DROP TABLE users; --", "1e999"]),
+        st.lists(st.integers(), max_size=2),
+        st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    )
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        name=st.sampled_from(names),
+        args=st.dictionaries(
+            st.sampled_from(
+                ["user_id", "card_id", "account_id", "amount", "agent_tool_name", "arguments", "query", "reason", "pin"]
+            ),
+            junk,
+            max_size=4,
+        ),
+        inner=st.booleans(),
+    )
+    def run(name, args, inner):
+        env.reset(options={"task_id": "task_001"})
+        env.step(say("hi"))
+        if inner and name in interface.DISCOVERABLE_AGENT:
+            _agent(env, "unlock_discoverable_agent_tool", agent_tool_name=name)
+            action = call("call_discoverable_agent_tool", agent_tool_name=name, arguments=json.dumps(args, default=str))
+        else:
+            action = call(name, **args)
+        before = env.db_digest()
+        env.step(action)
+        result = env.trajectory[-1]["tool_results"][0]
+        if result["error"]:
+            assert env.db_digest() == before and result["content"].startswith("Error")
+
+    run()
