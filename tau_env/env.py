@@ -172,8 +172,7 @@ class TauEnv(AECEnv):
 
     def _prompt_for(self, task: Task) -> str:
         # A domain may build the agent's prompt per task (e.g. with the task's documents in it).
-        prompt = self.system_prompt if self._prompt_is_static else self.domain.system_prompt(self.retrieval, task)
-        return prompt
+        return self.system_prompt if self._prompt_is_static else self.domain.system_prompt(self.retrieval, task)
 
     def observe(self, agent: str) -> dict[str, Any]:
         active = frozenset(self._ctx.active[agent])

@@ -23,7 +23,6 @@ class Target:
 
     image: bytes
     digests: dict[str, str]
-    changed_tables: frozenset[str]
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, compare=False)
 
 
@@ -56,11 +55,8 @@ class Grader:
         t = self._targets.get(task.id)
         if t is None:
             db = self.domain.start_db(task)
-            init_digests = db.table_digests()
             self.domain.run_actions(db, task)
-            digests = db.table_digests()
-            changed = frozenset(n for n in digests if digests[n] != init_digests[n])
-            t = Target(db.snapshot(), digests, changed)
+            t = Target(db.snapshot(), db.table_digests())
             db.close()
             self._targets[task.id] = t
         return t
