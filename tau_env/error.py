@@ -23,6 +23,26 @@ class EpisodeOverError(Error, RuntimeError):
     """Raised when stepping an episode that has ended, or before ``reset()``."""
 
 
+class ResetNeeded(EpisodeOverError):
+    """Raised when a method that needs a live episode (``step``, ``last``, ``observe``, ...) runs before ``reset()``."""
+
+
+class ClosedEnvError(Error, RuntimeError):
+    """Raised when an env is used after ``close()``."""
+
+
+class InvalidOptionError(Error, ValueError):
+    """Raised when an argument or option given by the caller is invalid (reset options, make keywords, run settings)."""
+
+
+class SnapshotError(Error, ValueError):
+    """Raised by ``restore`` for a snapshot that this env did not take or that was altered."""
+
+
+class ResultsFolderError(Error):
+    """Raised when a results folder cannot be used: settings differ, another run holds it, or it cannot be written."""
+
+
 class UnknownTaskError(Error, KeyError):
     """Raised when a task id is not in the domain."""
 
