@@ -1,7 +1,7 @@
 """Helpers shared by the benchmark scripts: timing, statistics, tables, the tau3 documents and queries.
 
-Not a benchmark itself; ``core.py`` and ``bm25_libraries.py`` import it (they put this folder on
-``sys.path`` when run as ``python benchmarks/<script>.py``).
+Not a benchmark itself (the ``_`` keeps it out of the benchmark smoke test); the scripts import it
+(they put this folder on ``sys.path`` when run as ``python benchmarks/<script>.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-#: The tau3 banking knowledge base (698 JSON documents), read at run time only, never copied.
-TAU3_DOCS = REPO / ".." / "shared" / "data" / "tau3_banking" / "documents"
+#: The public tau3-banking data (tasks, documents, db.json), read at run time only, never copied.
+TAU3_DATA = REPO / ".." / "shared" / "data" / "tau3_banking"
+#: Its knowledge base (698 JSON documents).
+TAU3_DOCS = TAU3_DATA / "documents"
 
 #: Fifty realistic banking questions (what an agent would type into search_documents).
 QUERIES: tuple[str, ...] = (

@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python benchmarks/bm25_libraries.py           # about 10 s on 2 cores
-    python benchmarks/bm25_libraries.py --quick
+    python benchmarks/bm25_libraries.py           # a few seconds on 2 cores
+    python benchmarks/bm25_libraries.py --quick   # smoke run: one build and one round per library
 
 Every library gets the same tokens (``tau_env.knowledge.tokenize`` of title + content, the
 tokens ``KnowledgeBase`` indexes) and the same k1=1.5, b=0.75. Per-query latency is one query
@@ -159,7 +159,9 @@ def agreement(ref: Contender, other: Contender, queries: Sequence[list[str]]) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test)")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: one build, one round of queries; figures meaningless"
+    )
     args = ap.parse_args()
     t_start = time.perf_counter()
     docs = load_tau3_documents()
@@ -177,10 +179,11 @@ def main() -> None:
         for t in set(toks):
             df[t] = df.get(t, 0) + 1
     common = sorted(t for t, c in df.items() if c > n_docs / 2)  # where the idf variants differ
-    builds = 2 if args.quick else 5
-    rounds = 4 if args.quick else 20
+    builds = 1 if args.quick else 5
+    rounds = 1 if args.quick else 20
 
     fig: dict[str, Any] = {
+        "quick": args.quick,
         "docs": n_docs,
         "queries": len(queries),
         "vocabulary": len(df),
@@ -229,6 +232,7 @@ def main() -> None:
     print(
         f"BM25 libraries on {n_docs} tau3 documents ({len(df)} distinct tokens, "
         f"{fig['mean_doc_tokens']:.0f} tokens per document), {len(queries)} queries x {rounds} rounds, top-{TOP}"
+        + ("  [--quick: a smoke run, not measurements]" if args.quick else "")
     )
     rows = []
     for name, d in lib.items():

@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python benchmarks/core.py            # about a minute on 2 cores
-    python benchmarks/core.py --quick    # fewer repetitions, for a smoke test
+    python benchmarks/core.py            # about 20 s on 2 cores
+    python benchmarks/core.py --quick    # smoke run: every row, a few dozen calls each (seconds)
 
 Measures, on ``tau_env.make("harbor-bank-v0")`` whatever its tasks and documents are:
 reset, database tool calls (read and write, through ``Toolbox.call`` and through ``env.step``),
@@ -48,6 +48,9 @@ AIMS = {
     "grade_mismatch_noexplain": (500.0, "us"),
 }
 MEMORY_AIM_MB = 2.0
+#: ``--quick`` (a smoke run of every row in seconds, figures meaningless): timed calls per row,
+#: untimed warm-up calls at most, live envs for the memory rows.
+QUICK_CALLS, QUICK_WARMUP, QUICK_MEMORY_ENVS = 25, 5, 10
 
 
 # --- finding valid data in the domain (no hard-coded ids) --------------------------------------
@@ -244,7 +247,7 @@ def run_memory(n: int) -> dict[str, Any]:
 # --- the benchmarks -----------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: every row, tiny sizes, figures meaningless")
     ap.add_argument("--memory-envs", type=int, default=1000, help="live envs for the memory figure")
     ap.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
@@ -254,13 +257,15 @@ def main() -> None:
         return
 
     t_start = time.perf_counter()
-    scale = 0.2 if args.quick else 1.0
 
-    def N(n: int) -> int:
-        return max(50, int(n * scale))
+    def timed(fn: Any, n: int, *, warmup: int = 200, before: Any = None) -> list[int]:
+        """``measure`` at this run's size: ``n`` timed calls, or a few dozen with ``--quick``."""
+        if args.quick:
+            n, warmup = QUICK_CALLS, min(warmup, QUICK_WARMUP)
+        return measure(fn, n, warmup=warmup, before=before)
 
     rows: list[tuple[Any, ...]] = []
-    fig: dict[str, Any] = {}
+    fig: dict[str, Any] = {"quick": args.quick}
     notes: list[str] = []
 
     def record(key: str, label: str, ns: list[int], unit: str = "us", aim: str = "") -> None:
@@ -288,7 +293,7 @@ def main() -> None:
         k[0] += 1
         env.reset(options=opts[k[0] % len(opts)])
 
-    record("reset", "reset(options={'task_id'})", measure(do_reset, N(20000), warmup=500))
+    record("reset", "reset(options={'task_id'})", timed(do_reset, 20000, warmup=500))
 
     cust = find_customer(env)
     if cust is None:
@@ -305,7 +310,7 @@ def main() -> None:
         env.toolbox.call(env._ctx, "agent", "list_accounts", {"customer_id": cust.customer_id})
 
     if cust is not None and _agent_has(env, "list_accounts"):
-        record("reset_first_call", "reset + first list_accounts call", measure(reset_first_call, N(10000)))
+        record("reset_first_call", "reset + first list_accounts call", timed(reset_first_call, 10000))
 
     # new env: a fresh SQLite connection, then the first database call of its first episode
     first_call = (
@@ -320,7 +325,7 @@ def main() -> None:
         e.toolbox.call(e._ctx, "agent", *first_call)
         e.close()
 
-    record("new_env", f"make + reset + first {first_call[0]} (new env)", measure(new_env, N(1500), warmup=50))
+    record("new_env", f"make + reset + first {first_call[0]} (new env)", timed(new_env, 1500, warmup=50))
 
     # tool calls -----------------------------------------------------------------------------
     if cust is not None:
@@ -334,7 +339,7 @@ def main() -> None:
             record(
                 "tool_call_read",
                 "tool call, read (list_accounts)",
-                measure(lambda: box.call(env._ctx, "agent", "list_accounts", read_args), N(20000), warmup=1000),
+                timed(lambda: box.call(env._ctx, "agent", "list_accounts", read_args), 20000, warmup=1000),
             )
             fig["tool_call_us_median"] = fig["tool_call_read_us_median"]
             fig["tool_call_us_p99"] = fig["tool_call_read_us_p99"]
@@ -352,7 +357,7 @@ def main() -> None:
             record(
                 "tool_call_write_update",
                 "tool call, write (update_contact_info)",
-                measure(update, N(20000), warmup=1000),
+                timed(update, 20000, warmup=1000),
             )
 
         if cust.transfer_pair is not None and _agent_has(env, "transfer_funds"):
@@ -382,7 +387,7 @@ def main() -> None:
             record(
                 "tool_call_write_transfer",
                 "tool call, write (transfer_funds A->B, B->A)",
-                measure(transfer_call, N(10000), warmup=500, before=before),
+                timed(transfer_call, 10000, warmup=500, before=before),
             )
             fig["tool_call_write_us_median"] = fig["tool_call_write_transfer_us_median"]
             fig["tool_call_write_us_p99"] = fig["tool_call_write_transfer_us_p99"]
@@ -400,11 +405,11 @@ def main() -> None:
             def step() -> None:
                 env.step(action)
 
-            record("step_tool_call", "env.step(tool-call action)", measure(step, N(10000), before=before_step))
+            record("step_tool_call", "env.step(tool-call action)", timed(step, 10000, before=before_step))
             start_episode(env, cust)
             env.step(say("Hi"))
             env.step(action)
-            record("observe", "env.observe('agent')", measure(lambda: env.observe("agent"), N(10000)))
+            record("observe", "env.observe('agent')", timed(lambda: env.observe("agent"), 10000))
 
     # BM25 over the tau3 documents ----------------------------------------------------------------
     docs = load_tau3_documents()
@@ -432,7 +437,7 @@ def main() -> None:
         record(
             "bm25_search",
             f"BM25 search top-5 ({len(docs)} docs, {len(QUERIES)} queries)",
-            measure(search, N(5000), warmup=len(QUERIES)),
+            timed(search, 5000, warmup=len(QUERIES)),
             unit="ms",
         )
 
@@ -447,9 +452,7 @@ def main() -> None:
     g = grader.grade(replayed, task)
     if not g.db_match:
         notes.append(f"replaying {task.id!r} does not reach its own target ({g.differing_tables})")
-    record(
-        "grade_match", "grade, matching state (replayed task)", measure(lambda: grader.grade(replayed, task), N(10000))
-    )
+    record("grade_match", "grade, matching state (replayed task)", timed(lambda: grader.grade(replayed, task), 10000))
     replayed.close()
 
     # A non-matching state: a fresh env of that task after a few unrelated writes (a fresh env, so
@@ -479,24 +482,22 @@ def main() -> None:
     record(
         "grade_mismatch_explain",
         "grade, non-matching, explain=True",
-        measure(lambda: grader.grade(env.db, task, explain=True), N(5000)),
+        timed(lambda: grader.grade(env.db, task, explain=True), 5000),
     )
     record(
         "grade_mismatch_noexplain",
         "grade, non-matching, explain=False",
-        measure(lambda: grader.grade(env.db, task, explain=False), N(10000)),
+        timed(lambda: grader.grade(env.db, task, explain=False), 10000),
     )
     env.reset(options={"task_id": task.id})
-    record(
-        "grade_untouched", "grade, untouched episode (no writes)", measure(lambda: grader.grade(env.db, task), N(10000))
-    )
+    record("grade_untouched", "grade, untouched episode (no writes)", timed(lambda: grader.grade(env.db, task), 10000))
     # env._finish grades with explain=True: the figure a failed episode pays.
     fig["grade_us_median"] = fig["grade_mismatch_explain_us_median"]
     fig["grade_us_p99"] = fig["grade_mismatch_explain_us_p99"]
     env.close()
 
     # memory -----------------------------------------------------------------------------------
-    n_mem = args.memory_envs if not args.quick else min(args.memory_envs, 200)
+    n_mem = args.memory_envs if not args.quick else min(args.memory_envs, QUICK_MEMORY_ENVS)
     mem = run_memory(n_mem)
     fig["memory_per_episode_mb"] = mem["rss_per_env_mb"]
     fig["memory_sqlite_per_episode_mb"] = mem["sqlite_per_env_mb"]
@@ -540,7 +541,7 @@ def main() -> None:
     fig["seconds"] = time.perf_counter() - t_start
     print(
         f"tau_env benchmarks on {ENV_ID}: {len(tasks)} tasks; {fig['machine']['cpus']} CPUs, "
-        f"Python {fig['machine']['python']}"
+        f"Python {fig['machine']['python']}" + ("  [--quick: a smoke run, not measurements]" if args.quick else "")
     )
     print_table(("operation", "n", "median", "p99", "unit", "aim"), rows)
     for n in notes:

@@ -7,6 +7,7 @@ initial state, reference actions, hash), whose own figures on a 2-core machine a
 97 tasks (a median of 30 ms per task) and about 0.7 ms per BM25 search.
 
     python benchmarks/tau3_replay.py [--data-dir PATH] [--runs 7]
+    python benchmarks/tau3_replay.py --quick    # smoke run: one replay pass, one round of searches
 
 Prints a table, then one JSON line with ``tau3_replay_97_s`` (best of the runs) and
 ``bm25_search_ms`` (median).
@@ -21,8 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-import tau_env
-from tau_env.db import EpisodeDB
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import TAU3_DATA  # noqa: E402
+
+import tau_env  # noqa: E402
+from tau_env.db import EpisodeDB  # noqa: E402
 
 PUBLIC = {"replay_97_s": 3.3, "per_task_ms": 30.0, "bm25_search_ms": 0.7}
 QUERIES = [
@@ -62,10 +67,15 @@ def replay_all(domain, tasks, box, grade: bool = True) -> list[float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tau3_banking"
-    ap.add_argument("--data-dir", default=str(default))
+    ap.add_argument("--data-dir", default=str(TAU3_DATA.resolve()))
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: one pass, one round of searches; figures meaningless"
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.runs = 1
+    search_rounds = 1 if args.quick else 50
     if not Path(args.data_dir).is_dir():
         print(f"skipped: no tau3-banking data at {args.data_dir}", file=sys.stderr)
         print(json.dumps({"skipped": f"no data at {args.data_dir}"}))
@@ -87,7 +97,7 @@ def main() -> int:
 
     index = _index(domain)
     lat = []
-    for _ in range(50):
+    for _ in range(search_rounds):
         for q in QUERIES:
             t = time.perf_counter_ns()
             index.search(q)
@@ -110,7 +120,8 @@ def main() -> int:
         ("BM25 search, median (698 docs)", f"{bm25_ms:.3f} ms", f"{PUBLIC['bm25_search_ms']} ms public"),
     ]
     width = max(len(r[0]) for r in rows)
-    print(f"tau3-banking gold replay on {len(tasks)} tasks; 2-core machine, noisy")
+    quick = "  [--quick: a smoke run, not measurements]" if args.quick else ""
+    print(f"tau3-banking gold replay on {len(tasks)} tasks; 2-core machine, noisy{quick}")
     print(f"{'measure':<{width}}  {'tau_env':>18}  public implementation")
     for name, ours, theirs in rows:
         print(f"{name:<{width}}  {ours:>18}  {theirs}")
@@ -127,6 +138,7 @@ def main() -> int:
                 "speedup_vs_public": round(PUBLIC["replay_97_s"] / best, 1),
                 "tasks": len(tasks),
                 "runs": args.runs,
+                "quick": args.quick,
             }
         )
     )

@@ -1,0 +1,71 @@
+"""Every benchmark script still runs, so none can rot unnoticed.
+
+Each ``benchmarks/*.py`` script (found by glob; ``_``-prefixed modules are helpers, not benchmarks)
+runs in a subprocess with ``--quick``: a smoke run of its code paths at tiny sizes. It must exit 0
+and end its output with one JSON object. No figure is checked (timing belongs to the benchmarks).
+
+The scripts read the tau3-banking data from ../shared/data/tau3_banking. A script that finds no
+data says so with ``{"skipped": ...}``; that is a skip only where the folder is really missing and
+the ``CI`` environment variable is unset. Under CI, or with the data present, it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+TAU3_DATA = REPO.parent / "shared" / "data" / "tau3_banking"
+TIMEOUT_S = 180  # per script: a hang fails instead of stalling the suite
+
+
+def test_benchmarks_are_found():
+    assert REPO / "benchmarks" / "core.py" in SCRIPTS
+
+
+@pytest.fixture(scope="module")
+def data_missing() -> str | None:
+    """Why the tau3 data is unusable (None if present); fails at once under CI."""
+    missing = [sub for sub in ("documents", "tasks") if not (TAU3_DATA / sub).is_dir()]
+    if not missing:
+        return None
+    why = f"no tau3-banking data at {TAU3_DATA} ({', '.join(missing)} missing)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{why}; CI is set, and CI must run every benchmark on the real data")
+    return why
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_benchmark_runs_quick(script: Path, data_missing: str | None, tmp_path: Path):
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "TAU_ENV_CACHE": str(tmp_path / "cache"),  # embeddings: no dependence on a warm user cache
+    }
+    p = subprocess.run(
+        [sys.executable, str(script), "--quick"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert p.returncode == 0, f"{script.name} --quick exited {p.returncode}:\n{p.stderr[-4000:]}"
+    lines = p.stdout.strip().splitlines()
+    assert lines, f"{script.name} --quick printed nothing:\n{p.stderr[-4000:]}"
+    try:
+        result = json.loads(lines[-1])
+    except json.JSONDecodeError as e:
+        pytest.fail(f"{script.name} --quick: the last line of stdout is not JSON ({e}): {lines[-1][:300]!r}")
+    assert isinstance(result, dict), f"{script.name} --quick: the last line is JSON but not an object"
+    if "skipped" in result:
+        if data_missing and not os.environ.get("CI"):
+            pytest.skip(f"{script.name}: {result['skipped']}")
+        pytest.fail(f"{script.name} --quick skipped its run ({result['skipped']}) although {TAU3_DATA} is there")
+    assert len(lines) >= 2, f"{script.name} --quick printed its JSON line but no table"
