@@ -6,7 +6,6 @@ first use and cached on the Domain, which every env of that domain shares.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.db import EpisodeDB, Patch, Schema, apply_patch, build_image
-from tau_env.error import DomainError, UnknownTaskError, did_you_mean
-from tau_env.knowledge import Document, KnowledgeBase, load_documents
+from tau_env.error import DomainError, TaskFileError, UnknownTaskError, did_you_mean
+from tau_env.knowledge import Document, KnowledgeBase
 from tau_env.knowledge.tools import RETRIEVAL_CONFIGS, knowledge_tools
-from tau_env.tasks import Task, load_tasks
+from tau_env.tasks import Task, json_path, load_tasks, read_json_file, read_text_file, type_name
 from tau_env.tools import Tool, Toolbox, ToolContext, ToolResult
 
 DEFAULT_GREETING = "Hi! How can I help you today?"
@@ -203,6 +202,9 @@ class Domain:
         return steps
 
 
+_META_KEYS = ("name", "clock", "greeting", "retrieval", "max_steps")
+
+
 def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -> Domain:
     """Load a domain laid out as a folder (the shipped bank is the worked example).
 
@@ -215,20 +217,39 @@ def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -
     user_guidelines.md (optional)
     documents/      *.md or *.json documents
     tasks.json      the tasks (or tasks.jsonl)
+
+    Everything is checked here, before any episode touches it: a missing, unreadable, non-UTF-8 or
+    malformed file raises :class:`DomainError` (:class:`~tau_env.error.TaskFileError`, also a
+    ``TaskError``, for the tasks) naming the file, the place in it and the problem; so do seed
+    rows and task initial states that do not fit the schema.
     """
     root = Path(path)
-    meta = json.loads((root / "domain.json").read_text(encoding="utf-8"))
+    if not root.is_dir():
+        raise DomainError(f"Expected a domain folder at {root}, found none.")
+    meta = _domain_meta(root / "domain.json")
+    schema_file = root / "schema.sql"
+    ddl = read_text_file(schema_file)
+    try:
+        schema = Schema.from_ddl(ddl)
+    except (DomainError, ValueError) as e:  # ValueError: a NUL character in the text
+        raise DomainError(f"{schema_file}: {e}") from e
+    if not schema.tables:
+        raise DomainError(f"{schema_file}: defines no tables.")
+    seed_file = root / "seed.json"
+    seed = read_json_file(seed_file)
     tasks_file = root / "tasks.json" if (root / "tasks.json").exists() else root / "tasks.jsonl"
+    tasks = load_tasks(tasks_file)
+    _check_rows(schema, seed, seed_file, tasks, tasks_file)
     guidelines = root / "user_guidelines.md"
     kwargs: dict[str, Any] = dict(
         name=meta["name"],
-        schema=Schema.from_ddl((root / "schema.sql").read_text(encoding="utf-8")),
-        seed=json.loads((root / "seed.json").read_text(encoding="utf-8")),
+        schema=schema,
+        seed=seed,
         tools=list(tools),
-        documents=load_documents(root / "documents"),
-        policy=(root / "policy.md").read_text(encoding="utf-8"),
-        tasks=load_tasks(tasks_file),
-        user_guidelines=guidelines.read_text(encoding="utf-8") if guidelines.exists() else "",
+        documents=_documents(root / "documents"),
+        policy=read_text_file(root / "policy.md"),
+        tasks=tasks,
+        user_guidelines=read_text_file(guidelines) if guidelines.exists() else "",
     )
     for key in ("greeting", "retrieval", "max_steps"):
         if key in meta:
@@ -237,3 +258,107 @@ def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -
         kwargs["clock"] = datetime.fromisoformat(meta["clock"])
     kwargs.update(overrides)
     return Domain(**kwargs)
+
+
+def _domain_meta(path: Path) -> dict[str, Any]:
+    """``domain.json``, checked key by key."""
+    meta = read_json_file(path)
+    if not isinstance(meta, dict):
+        raise DomainError(f"{path}: expected an object with keys {list(_META_KEYS)}, got {type_name(meta)}.")
+    unknown = [k for k in meta if k not in _META_KEYS]
+    if unknown:
+        hint = did_you_mean(unknown[0], _META_KEYS)
+        raise DomainError(f"{path}: unknown key {unknown[0]!r}; the keys are {list(_META_KEYS)}.{hint}")
+
+    def bad(key: str, expected: str) -> DomainError:
+        return DomainError(f"{path}: {key}: expected {expected}, got {type_name(meta[key])} {meta[key]!r:.60}.")
+
+    if not isinstance(meta.get("name"), str) or not meta["name"]:
+        if "name" not in meta:
+            raise DomainError(f'{path}: name: missing; give the domain a name, e.g. "my-bank".')
+        raise bad("name", "a non-empty string")
+    if "clock" in meta:
+        try:
+            datetime.fromisoformat(meta["clock"])
+        except (TypeError, ValueError):
+            raise bad("clock", 'an ISO date-time such as "2025-06-02T09:30:00"') from None
+    if "greeting" in meta and not (meta["greeting"] is None or isinstance(meta["greeting"], str)):
+        raise bad("greeting", "a string or null")
+    if "retrieval" in meta and meta["retrieval"] not in RETRIEVAL_CONFIGS:
+        raise bad("retrieval", f"one of {list(RETRIEVAL_CONFIGS)}")
+    max_steps = meta.get("max_steps", 1)
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise bad("max_steps", "a positive integer")
+    return meta
+
+
+def _check_rows(schema: Schema, seed: Any, seed_file: Path, tasks: Sequence[Task], tasks_file: Path) -> None:
+    """Load the seed rows, then each task's initial state, into a scratch database, row by row.
+
+    A row that does not fit the schema is reported with its file and place.
+    """
+    if not isinstance(seed, dict):
+        raise DomainError(f"{seed_file}: expected an object {{table: [rows]}}, got {type_name(seed)}.")
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(schema.ddl)
+
+        def load(patch: dict[str, Any], where: Callable[[list[str | int]], str], error: type[DomainError]) -> None:
+            for table, rows in patch.items():
+                if not isinstance(rows, list):
+                    raise error(f"{where([table])}: expected an array of rows, got {type_name(rows)}.")
+                for i, row in enumerate(rows):
+                    try:
+                        apply_patch(conn, schema, {table: [row]})
+                    except (DomainError, sqlite3.Error, OverflowError) as e:  # the last two from a delete
+                        raise error(f"{where([table, i])}: {e}") from e
+
+        load(seed, lambda loc: f"{seed_file}: {json_path(loc)}", DomainError)
+        conn.commit()
+        for n, task in enumerate(tasks):
+            if task.initial_state:
+                conn.execute("SAVEPOINT task")
+                load(
+                    task.initial_state,
+                    lambda loc, n=n, t=task: (
+                        f"{tasks_file}: {json_path(['initial_state', *loc], f'tasks[{n}]')} (task {t.id!r})"
+                    ),
+                    TaskFileError,
+                )
+                conn.execute("ROLLBACK TO task")
+                conn.execute("RELEASE task")
+    finally:
+        conn.close()
+
+
+def _documents(folder: Path) -> list[Document]:
+    """The documents of a domain folder, sorted by file name, each checked.
+
+    ``*.md``: ``# Title`` on the first line, the file stem as id; ``*.json``: ``{"id", "title", "content"}``.
+    """
+    if not folder.is_dir():
+        raise DomainError(f"{folder}: expected a folder of *.md or *.json documents, found none.")
+    docs: list[Document] = []
+    origin: dict[str, Path] = {}
+    for p in sorted(folder.iterdir()):
+        if p.suffix == ".md":
+            first, _, rest = read_text_file(p).partition("\n")
+            if not first.startswith("# "):
+                raise DomainError(f"{p}: a markdown document must start with '# Title' on its first line.")
+            doc = Document(p.stem, first[2:].strip(), rest.strip())
+        elif p.suffix == ".json":
+            d = read_json_file(p)
+            if not isinstance(d, dict):
+                raise DomainError(f"{p}: expected an object with 'id', 'title' and 'content', got {type_name(d)}.")
+            for key in ("id", "title", "content"):
+                if not isinstance(d.get(key), str):
+                    got = "nothing" if key not in d else type_name(d[key])
+                    raise DomainError(f"{p}: {key}: expected a string, got {got}.")
+            doc = Document(d["id"], d["title"], d["content"])
+        else:
+            continue
+        if doc.id in origin:
+            raise DomainError(f"{p}: document id {doc.id!r} is also the id of {origin[doc.id]}.")
+        origin[doc.id] = p
+        docs.append(doc)
+    return docs

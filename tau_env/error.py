@@ -101,3 +101,11 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean "x"?' for the closest choice, or '' if nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f' Did you mean "{close[0]}"?' if close else ""
+
+
+class TaskFileError(TaskError, DomainError):
+    """Raised when a task file or task entry is malformed (a TaskError, and a DomainError for domain folders)."""
+
+
+class NotPicklableError(Error, TypeError):
+    """Raised when pickling (or shallow-copying) an object that holds live in-process state, such as a TauEnv."""

@@ -1,18 +1,88 @@
 """Tasks: a user scenario, an initial-state patch and reference actions (q = (u, s0, A*)).
 
-Tasks load from and save to JSON (one task or a list) and JSONL (one task per line).
+Tasks load from and save to JSON (one task or a list) and JSONL (one task per line). A malformed
+file raises :class:`~tau_env.error.TaskFileError` naming the file, the place and the problem
+(e.g. ``tasks.json: tasks[3].scenario.requests: Field required``).
+
+The small file readers here (:func:`read_text_file`, :func:`read_json_file`) are shared by the
+domain loaders, so every data file's problem reads the same way.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tau_env.error import TaskError
+from tau_env.error import DomainError, Error, TaskFileError
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+# --- reading data files --------------------------------------------------------------------
+def read_text_file(path: Path, error: type[Error] = DomainError) -> str:
+    """A UTF-8 text file's content; raises ``error`` naming the file if it is missing, unreadable or not UTF-8."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise error(f"{path}: no such file.") from e
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e.strerror or e}).") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(f"{path}: not valid UTF-8 at byte {e.start} (line {line}: {e.reason}); save it as UTF-8.") from e
+
+
+def parse_json(text: str, where: str, error: type[Error] = DomainError) -> Any:
+    """Parse JSON text; raises ``error`` saying where (``where``: the file, maybe with a line) and why."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{where}: not readable JSON ({e.msg} at line {e.lineno} column {e.colno}).") from e
+    except RecursionError as e:
+        raise error(f"{where}: not readable JSON (nested too deeply).") from e
+
+
+def read_json_file(path: Path, error: type[Error] = DomainError) -> Any:
+    """A UTF-8 JSON file's content; raises ``error`` naming the file for any problem reading or parsing it."""
+    return parse_json(read_text_file(path, error), str(path), error)
+
+
+def json_path(parts: Sequence[str | int], root: str = "") -> str:
+    """``("tasks", 3, "scenario")`` -> ``tasks[3].scenario`` (keys that are not identifiers are quoted)."""
+    out = root
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif _IDENT.fullmatch(p):
+            out += f".{p}" if out else p
+        else:
+            out += f"[{json.dumps(p, ensure_ascii=False)}]"
+    return out or "(top level)"
+
+
+def type_name(value: Any) -> str:
+    """The JSON type of ``value``, for messages: object, array, string, number, boolean or null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
 
 
 class _Model(BaseModel):
@@ -44,7 +114,7 @@ class Scenario(_Model):
 class Action(_Model):
     """One reference action: a tool call by a seat."""
 
-    name: str
+    name: str = Field(..., min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
     requestor: Literal["agent", "user"] = "agent"
 
@@ -71,40 +141,58 @@ class Task(_Model):
     clock: str | None = Field(None, description="ISO date-time the tools see as 'now'; the domain's default if unset.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else (e.g. a benchmark's own fields).")
 
+    @field_validator("clock")
+    @classmethod
+    def _iso_clock(cls, v: str | None) -> str | None:
+        if v is not None:
+            datetime.fromisoformat(v)  # a ValueError names the bad text
+        return v
 
-def _parse(obj: Any, where: str) -> Task:
+
+def validation_message(e: ValidationError, where: str, root: str = "", limit: int = 5) -> str:
+    """A pydantic error as ``<where>: <json path>: <problem> (got <type>)`` lines, at most ``limit``."""
+    lines = []
+    for err in e.errors()[:limit]:
+        got = "" if err["type"] == "missing" else f" (got {type_name(err.get('input'))})"
+        lines.append(f"{where}: {json_path(err['loc'], root)}: {err['msg']}{got}.")
+    if e.error_count() > limit:
+        lines.append(f"... and {e.error_count() - limit} more problems.")
+    return "\n".join(lines)
+
+
+def _parse(obj: Any, where: str, root: str) -> Task:
     try:
         return Task.model_validate(obj)
     except ValidationError as e:
-        raise TaskError(f"{where}: not a valid task:\n{e}") from e
+        raise TaskFileError(validation_message(e, where, root)) from e
 
 
 def load_tasks(path: str | Path) -> list[Task]:
-    """Load tasks from a ``.json`` file (one task or a list) or a ``.jsonl`` file."""
+    """Load tasks from a ``.json`` file (one task or a list) or a ``.jsonl`` file.
+
+    Raises :class:`~tau_env.error.TaskFileError` (a ``TaskError``) naming the file, the place and
+    the problem for anything malformed: unreadable or non-UTF-8 bytes, invalid JSON, a field of
+    the wrong type, duplicate ids.
+    """
     p = Path(path)
     if not p.is_file():
-        raise TaskError(f"Expected a task file (.json or .jsonl) at {p}, found none.")
-    text = p.read_text(encoding="utf-8")
+        raise TaskFileError(f"Expected a task file (.json or .jsonl) at {p}, found none.")
+    text = read_text_file(p, TaskFileError)
     if p.suffix == ".jsonl":
         tasks = []
         for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): \x85 and \u2028 are data
             if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise TaskError(f"{p}:{n}: invalid JSON ({e}).") from e
-                tasks.append(_parse(obj, f"{p}:{n}"))
+                tasks.append(_parse(parse_json(line, f"{p}:{n}", TaskFileError), f"{p}:{n}", "task"))
     else:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TaskError(f"{p}: invalid JSON ({e}).") from e
-        items = obj if isinstance(obj, list) else [obj]
-        tasks = [_parse(o, f"{p}[{i}]") for i, o in enumerate(items)]
+        obj = parse_json(text, str(p), TaskFileError)
+        if isinstance(obj, list):
+            tasks = [_parse(o, str(p), f"tasks[{i}]") for i, o in enumerate(obj)]
+        else:
+            tasks = [_parse(obj, str(p), "task")]
     seen: set[str] = set()
-    for t in tasks:
+    for i, t in enumerate(tasks):
         if t.id in seen:
-            raise TaskError(f"{p}: two tasks share the id {t.id!r}.")
+            raise TaskFileError(f"{p}: two tasks share the id {t.id!r} (the second is task number {i + 1}).")
         seen.add(t.id)
     return tasks
 

@@ -45,7 +45,7 @@ def test_single_task_json(tmp_path):
 @pytest.mark.parametrize(
     "content,match",
     [
-        ("{", "invalid JSON"),
+        ("{", r"tasks.json: not readable JSON \(Expecting property name .* at line 1 column 2\)"),
         ('[{"id": "a"}]', "scenario"),
         ('[{"id": "a", "scenario": {"requests": []}}]', "requests"),
         ('[{"id": "a", "scenario": {"requests": ["x"]}, "bogus": 1}]', "bogus"),
@@ -65,7 +65,7 @@ def test_bad_task_files(tmp_path, content, match):
 def test_bad_jsonl_line_number(tmp_path):
     p = tmp_path / "tasks.jsonl"
     p.write_text('{"id": "a", "scenario": {"requests": ["x"]}}\n{oops\n')
-    with pytest.raises(TaskError, match=r"tasks.jsonl:2: invalid JSON"):
+    with pytest.raises(TaskError, match=r"tasks.jsonl:2: not readable JSON"):
         load_tasks(p)
     with pytest.raises(TaskError, match="Expected a task file"):
         load_tasks(tmp_path / "missing.json")

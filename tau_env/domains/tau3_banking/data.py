@@ -1,8 +1,14 @@
-"""Loading the benchmark's ``banking_knowledge`` data folder from a path the user gives."""
+"""Loading the benchmark's ``banking_knowledge`` data folder from a path the user gives.
+
+Every file is checked as it is read, before anything else touches the data: a missing, non-UTF-8,
+truncated or ill-typed file raises :class:`DomainError` (:class:`TaskFileError`, also a
+``TaskError``, for task files) naming the file, the JSON path and the problem, e.g.
+``tasks/task_004.json: user_scenario.instructions: expected a string, an object or null, got array``.
+Only the fields the loader reads are checked; others are kept as they are.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -10,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.domains.tau3_banking import interface
-from tau_env.error import DomainError
+from tau_env.domains.tau3_banking.store import TABLES
+from tau_env.error import DomainError, TaskFileError, did_you_mean
 from tau_env.knowledge import Document
-from tau_env.tasks import Action, Scenario, Task
+from tau_env.tasks import Action, Scenario, Task, json_path, read_json_file, read_text_file, type_name
 
 ENV_VAR = "TAU3_BANKING_DATA"
 _NON_MUTATING = frozenset(
@@ -57,22 +64,93 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
     return root
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise DomainError(f"{path}: not readable JSON ({e}).") from e
+# --- checking parsed JSON -------------------------------------------------------------------------
+_OBJ, _STR, _LIST, _NULL = (dict,), (str,), (list,), (type(None),)
+_EXPECTED = {dict: "an object", str: "a string", list: "an array", type(None): "null"}
+
+
+def need(value: Any, types: tuple[type, ...], file: Path, path: list[str | int], error: type[DomainError]) -> Any:
+    """``value`` if its JSON type is one of ``types``; else ``error`` naming the file, the place and the problem."""
+    if isinstance(value, types):
+        return value
+    expected = ", ".join(_EXPECTED[t] for t in types)
+    raise error(
+        f"{file}: {json_path(path)}: expected {expected.replace(', null', ' or null')}, got {type_name(value)}."
+    )
+
+
+def need_strings(value: Any, file: Path, path: list[str | int], error: type[DomainError]) -> None:
+    """``value`` is null or an array of strings."""
+    for i, item in enumerate(need(value, _LIST + _NULL, file, path, error) or []):
+        need(item, _STR, file, [*path, i], error)
+
+
+def check_table(table: Any, file: Path, path: list[str | int], error: type[DomainError]) -> None:
+    """A table as the benchmark stores it: ``{"data": {id: row object}, "notes": str}`` (null parts allowed)."""
+    if need(table, _OBJ + _NULL, file, path, error) is None:
+        return
+    for rid, row in (need(table.get("data"), _OBJ + _NULL, file, [*path, "data"], error) or {}).items():
+        need(row, _OBJ, file, [*path, "data", rid], error)
+    need(table.get("notes"), _STR + _NULL, file, [*path, "notes"], error)
+
+
+def check_db(db: Any, file: Path) -> None:
+    """``db.json``: an object of tables (tables the benchmark does not have are ignored, as before)."""
+    need(db, _OBJ, file, [], DomainError)
+    for t in TABLES:
+        check_table(db.get(t), file, [t], DomainError)
+
+
+def check_task(raw: Any, file: Path) -> None:
+    """The fields of a benchmark task file that the loader reads, with the types it needs."""
+    E = TaskFileError  # noqa: N806
+    need(raw, _OBJ, file, [], E)
+    if "id" not in raw:
+        raise E(f"{file}: id: missing; every task needs an id.")
+    if not need(raw["id"], _STR, file, ["id"], E):
+        raise E(f"{file}: id: expected a non-empty string.")
+    if isinstance(need(raw.get("description"), _OBJ + _STR + _NULL, file, ["description"], E), dict):
+        need(raw["description"].get("notes"), _STR + _NULL, file, ["description", "notes"], E)
+    us = need(raw.get("user_scenario"), _OBJ + _NULL, file, ["user_scenario"], E) or {}
+    need(us.get("persona"), _STR + _NULL, file, ["user_scenario", "persona"], E)
+    instructions = need(us.get("instructions"), _STR + _OBJ + _NULL, file, ["user_scenario", "instructions"], E)
+    for k, v in (instructions if isinstance(instructions, dict) else {}).items():
+        need(v, _STR + _NULL, file, ["user_scenario", "instructions", k], E)
+    state = need(raw.get("initial_state"), _OBJ + _NULL, file, ["initial_state"], E) or {}
+    init = need(state.get("initialization_data"), _OBJ + _NULL, file, ["initial_state", "initialization_data"], E)
+    agent_path: list[str | int] = ["initial_state", "initialization_data", "agent_data"]
+    for t, table in (need((init or {}).get("agent_data"), _OBJ + _NULL, file, agent_path, E) or {}).items():
+        if t not in TABLES:
+            raise E(f"{file}: {json_path([*agent_path, t])}: unknown table {t!r}.{did_you_mean(t, TABLES)}")
+        check_table(table, file, [*agent_path, t], E)
+    crit = need(raw.get("evaluation_criteria"), _OBJ + _NULL, file, ["evaluation_criteria"], E) or {}
+    for i, a in enumerate(need(crit.get("actions"), _LIST + _NULL, file, ["evaluation_criteria", "actions"], E) or []):
+        path: list[str | int] = ["evaluation_criteria", "actions", i]
+        need(a, _OBJ, file, path, E)
+        if not need(a.get("name"), _STR, file, [*path, "name"], E):
+            raise E(f"{file}: {json_path([*path, 'name'])}: expected a tool name, got an empty string.")
+        need(a.get("arguments"), _OBJ + _NULL, file, [*path, "arguments"], E)
+        need(a.get("requestor"), _STR + _NULL, file, [*path, "requestor"], E)
+    need_strings(crit.get("reward_basis"), file, ["evaluation_criteria", "reward_basis"], E)
+    need_strings(raw.get("user_tools"), file, ["user_tools"], E)
+    need_strings(raw.get("required_documents"), file, ["required_documents"], E)
 
 
 def load_documents(root: Path) -> list[Document]:
     docs = []
+    origin: dict[str, Path] = {}
     # The benchmark loads documents in the folder's listing order (not sorted), and BM25 ties keep
     # that order; so do we.
     for p in (root / "documents").glob("*.json"):
-        d = _json(p)
-        if not isinstance(d, dict) or not {"id", "title", "content"} <= d.keys():
-            raise DomainError(f"{p}: a document must be an object with 'id', 'title' and 'content'.")
-        docs.append(Document(str(d["id"]), str(d["title"]), str(d["content"])))
+        d = need(read_json_file(p), _OBJ, p, [], DomainError)
+        for key in ("id", "title", "content"):
+            if key not in d:
+                raise DomainError(f"{p}: {key}: missing; a document needs 'id', 'title' and 'content'.")
+            need(d[key], _STR, p, [key], DomainError)
+        if d["id"] in origin:
+            raise DomainError(f"{p}: id: {d['id']!r} is also the id of {origin[d['id']]}.")
+        origin[d["id"]] = p
+        docs.append(Document(d["id"], d["title"], d["content"]))
     if not docs:
         raise DomainError(f"{root / 'documents'} holds no *.json documents.")
     return docs
@@ -107,7 +185,10 @@ def read_log_allowlist(actions: list[dict[str, Any]]) -> list[str]:
 
 
 def convert_task(raw: dict[str, Any], where: str) -> Task:
-    """A benchmark task as a tau_env Task; the benchmark's own fields go to ``metadata``."""
+    """A benchmark task (checked by :func:`check_task`) as a tau_env Task.
+
+    The benchmark's own fields go to ``metadata``.
+    """
     try:
         crit = raw.get("evaluation_criteria") or {}
         actions = crit.get("actions") or []
@@ -136,19 +217,33 @@ def convert_task(raw: dict[str, Any], where: str) -> Task:
                 "read_log_allowlist": read_log_allowlist(actions),
             },
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise DomainError(f"{where}: not a tau3-banking task ({e}).") from e
+    except (KeyError, TypeError, ValueError) as e:  # a safety net: check_task lets none of these through
+        raise TaskFileError(f"{where}: not a tau3-banking task ({e}).") from e
+
+
+def load_task(path: Path) -> Task:
+    """One benchmark task file, checked, as a tau_env Task."""
+    raw = read_json_file(path, TaskFileError)
+    check_task(raw, path)
+    return convert_task(raw, str(path))
 
 
 def load(root: Path) -> Tau3Data:
-    db = _json(root / "db.json")
-    if not isinstance(db, dict):
-        raise DomainError(f"{root / 'db.json'}: expected an object of tables.")
+    db_file = root / "db.json"
+    db = read_json_file(db_file)
+    check_db(db, db_file)
     task_files = sorted((root / "tasks").glob("task_*.json"))
     if not task_files:
         raise DomainError(f"{root / 'tasks'} holds no task_*.json files.")
-    tasks = [convert_task(_json(p), str(p)) for p in task_files]
+    tasks = []
+    origin: dict[str, Path] = {}
+    for p in task_files:
+        task = load_task(p)
+        if task.id in origin:
+            raise TaskFileError(f"{p}: id: {task.id!r} is also the id of {origin[task.id]}.")
+        origin[task.id] = p
+        tasks.append(task)
     prompts = {}
     for p in sorted((root / "prompts").rglob("*.md")):
-        prompts[str(p.relative_to(root / "prompts").with_suffix(""))] = p.read_text(encoding="utf-8")
+        prompts[str(p.relative_to(root / "prompts").with_suffix(""))] = read_text_file(p)
     return Tau3Data(root, db, load_documents(root), tasks, prompts)
