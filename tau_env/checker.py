@@ -2,8 +2,8 @@
 
 ``check_task`` verifies one task; ``check_domain`` verifies the domain and all its tasks:
 
-- every reference action names a tool that exists on the requestor's side, and every required
-  document exists;
+- every reference action names a tool that exists on the requestor's side, every tool it names
+  in an argument exists (see :func:`named_tool_problems`), and every required document exists;
 - the reference replay runs without a tool error;
 - it changes the database, unless the task says it should not (``expect_no_change``), in
   which case it must not;
@@ -18,11 +18,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tau_env.error import CheckError
+from tau_env.error import CheckError, did_you_mean
 
 if TYPE_CHECKING:
     from tau_env.domain import Domain
-    from tau_env.tasks import Task
+    from tau_env.tasks import Action, Task
+    from tau_env.tools import Toolbox
+
+
+def named_tool_problems(box: Toolbox, i: int, action: Action) -> list[str]:
+    """Problems with the tools an action names in its arguments.
+
+    An argument called ``tool_name`` or ``*_tool_name`` names a tool reached by name: the meta
+    tools' ``tool_name`` (``unlock_tool``, ``hand_over_tool``), tau3-banking's ``agent_tool_name``
+    and ``discoverable_tool_name``. It must be a string naming a discoverable, hidden or hand-over
+    tool of the domain, of the side that the argument's or the called tool's name says (``agent``
+    or ``user`` among its words, e.g. ``give_discoverable_user_tool``), if it says one. A call
+    through such a tool to a tool that does not exist may not fail loudly (tau3-banking answers
+    ``Error: Unknown agent tool ...`` as an ordinary output, as the benchmark does), so the name
+    is checked here.
+    """
+    problems = []
+    for key, value in action.arguments.items():
+        if key != "tool_name" and not key.endswith("_tool_name"):
+            continue
+        words = {*key.split("_"), *action.name.split("_")}
+        side = "agent" if "agent" in words else "user" if "user" in words else None
+        names = [
+            n for n, t in box.tools.items() if (t.discoverable or t.hidden or t.handover) and side in (None, t.side)
+        ]
+        if not isinstance(value, str):
+            problems.append(f"action {i} ({action.name}): {key} must be a tool name, got {value!r:.60}.")
+        elif value not in names:
+            what = f"no discoverable {side} tool" if side else "no discoverable or hand-over tool"
+            problems.append(
+                f"action {i} ({action.name}): {key} {value[:80]!r} names {what}.{did_you_mean(value, names)}"
+            )
+    return problems
 
 
 def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
@@ -32,11 +64,13 @@ def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
     for i, a in enumerate(task.actions):
         t = box.tools.get(a.name)
         if t is None:
-            problems.append(f"action {i}: no tool named {a.name!r}.")
+            problems.append(f"action {i}: no tool named {a.name[:80]!r}.{did_you_mean(a.name, box.tools)}")
         elif t.side != a.requestor:
             problems.append(f"action {i}: {a.name!r} is a {t.side} tool but the requestor is {a.requestor!r}.")
         elif t.ends_episode and i != len(task.actions) - 1:
             problems.append(f"action {i}: {a.name!r} ends the episode, so it must be the last action.")
+        else:
+            problems += named_tool_problems(box, i, a)
     for doc in task.required_documents:
         if domain.kb.get(doc) is None:
             problems.append(f"required document {doc!r} does not exist.")
