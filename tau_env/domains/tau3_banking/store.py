@@ -39,22 +39,40 @@ def _canon(row: Mapping[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, sort_keys=True)
 
 
+def _is_key(rid: Any) -> bool:
+    """Whether ``rid`` can be a row id, with the benchmark's dict semantics for the ids a model sends.
+
+    The benchmark's tables are dicts keyed by strings: looking up an unhashable id (a list, an
+    object) raises Python's ``TypeError: unhashable type``, which its discovery tools report as
+    ``Error: Invalid arguments ...``; any other non-string id (a number, a boolean, null) finds
+    nothing. SQLite would instead fail to bind the first or compare the second as text.
+    """
+    if isinstance(rid, str):
+        return True
+    hash(rid)  # TypeError: unhashable type: 'list', as the benchmark's lookup raises
+    return False
+
+
 class Store:
     """Row access for the benchmark's tools, with the benchmark's semantics.
 
     ``insert`` never overwrites (a silent no-op on an existing id, as the benchmark's inserts),
     ``update`` sets fields in place (new fields go last), ``put`` assigns a whole row (in place if
-    it exists).
+    it exists). Lookups by an id that is not a string behave as the benchmark's dict lookups.
     """
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
 
     def get(self, table: str, rid: str) -> dict[str, Any] | None:
+        if not _is_key(rid):
+            return None
         r = self.conn.execute(f'SELECT _data FROM "{table}" WHERE id = ?', (rid,)).fetchone()
         return json.loads(r[0]) if r else None
 
     def exists(self, table: str, rid: str) -> bool:
+        if not _is_key(rid):
+            return False
         return self.conn.execute(f'SELECT 1 FROM "{table}" WHERE id = ?', (rid,)).fetchone() is not None
 
     def insert(self, table: str, rid: str, row: Mapping[str, Any]) -> bool:

@@ -122,7 +122,7 @@ def file_credit_card_transaction_dispute_4829(
         return f"Error: Invalid dispute_reason. Must be one of: {DISPUTE_REASONS}"
     if resolution_requested not in RESOLUTIONS:
         return f"Error: Invalid resolution_requested. Must be one of: {RESOLUTIONS}"
-    if resolution_requested == "partial_refund" and not partial_refund_amount:
+    if resolution_requested == "partial_refund" and partial_refund_amount is None:
         return "Error: partial_refund_amount is required when resolution_requested is 'partial_refund'."
     rid = "dsp_" + H(f"dispute:{user_id}:{transaction_id}", 12)
     row = {
