@@ -57,6 +57,8 @@ def compute_metrics(
     tokens = {"prompt": 0, "completion": 0}
     for r in rows:
         for u in (r.get("usage") or {}).values():
+            if not isinstance(u, dict):
+                continue
             tokens["prompt"] += u.get("prompt_tokens", 0)
             tokens["completion"] += u.get("completion_tokens", 0)
     out = {

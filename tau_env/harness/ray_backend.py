@@ -2,7 +2,8 @@
 
 ``ray_evaluate`` cuts the plan into chunks, runs each chunk on a Ray worker (with its own envs
 and asyncio concurrency), and writes each chunk's episodes to the same results folder as they
-come back. The results folder, resume and metrics are those of the local backend.
+come back. The results folder (its lock, checks and resume) and the metrics are those of the
+local backend: the same writer, on the driver.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tau_env.error import DependencyNotInstalled
+from tau_env.error import DependencyNotInstalled, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult
-from tau_env.harness.run import EvalRun, _make_env, _Run, run_plan
+from tau_env.harness.run import EvalRun, _make_env, _Run, check_settings, run_plan
 
 
 def _chunk(
@@ -64,39 +65,39 @@ def ray_evaluate(
         chunk_size: Episodes per Ray task; by default the plan is cut into about four chunks per CPU.
         Other arguments: as :func:`~tau_env.aevaluate`.
     """
+    check_settings(
+        trials=trials,
+        seed=seed,
+        loop_limit=loop_limit,
+        task_ids=task_ids,
+        concurrency=concurrency,
+        episode_retries=episode_retries,
+    )
+    if chunk_size is not None and (type(chunk_size) is not int or chunk_size < 1):
+        raise InvalidOptionError(f"chunk_size must be an int >= 1 or None; got {chunk_size!r}.")
     try:
         import ray
     except ImportError as e:
         raise DependencyNotInstalled("The Ray backend needs the 'ray' extra: pip install 'tau-env[ray]'.") from e
-    run = _Run.prepare(
-        env,
-        agent,
-        user,
-        task_ids,
-        trials,
-        seed,
-        out_dir,
-        progress,
-        {**(config or {}), "backend": "ray", "concurrency": concurrency},
-        make_kwargs,
-        resume,
-    )
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    size = chunk_size or max(1, -(-len(run.plan) // (4 * cpus)))
-    chunks = [run.plan[i : i + size] for i in range(0, len(run.plan), size)]
-    remote = ray.remote(_chunk)
-    pending = {
-        remote.remote(env, make_kwargs, run.new_agent, run.new_user, c, concurrency, loop_limit, episode_retries): k
-        for k, c in enumerate(chunks)
-    }
-    by_chunk: dict[int, list[EpisodeResult]] = {}
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        k = pending.pop(done[0])
-        by_chunk[k] = [EpisodeResult(**r) for r in ray.get(done[0])]
-        for r in by_chunk[k]:
-            run.record(r)  # written to trajectories.jsonl as each chunk returns
-    results = [r for k in range(len(chunks)) for r in by_chunk[k]]
-    return run.finish(results, [run.first])
+    extra = {**(config or {}), "backend": "ray", "concurrency": concurrency}
+    args = (task_ids, trials, seed, out_dir, progress, extra, make_kwargs, resume, loop_limit)
+    with _Run.prepare(env, agent, user, *args) as run:
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        size = chunk_size or max(1, -(-len(run.plan) // (4 * cpus)))
+        chunks = [run.plan[i : i + size] for i in range(0, len(run.plan), size)]
+        remote = ray.remote(_chunk)
+        pending = {
+            remote.remote(env, make_kwargs, run.new_agent, run.new_user, c, concurrency, loop_limit, episode_retries): k
+            for k, c in enumerate(chunks)
+        }
+        by_chunk: dict[int, list[EpisodeResult]] = {}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            k = pending.pop(done[0])
+            by_chunk[k] = [EpisodeResult(**r) for r in ray.get(done[0])]
+            for r in by_chunk[k]:
+                run.record(r)  # written to trajectories.jsonl as each chunk returns
+        results = [r for k in range(len(chunks)) for r in by_chunk[k]]
+        return run.finish(results, [run.first])

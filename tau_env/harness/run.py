@@ -5,19 +5,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import json
-import os
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tau_env.env import TauEnv
-from tau_env.error import InfrastructureError
+from tau_env.error import InfrastructureError, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult, arun_episode, episode_seed, run_episode
 from tau_env.harness.metrics import INFRA, compute_metrics, format_metrics
+from tau_env.harness.results import ResultsFolder
 
 
 def _factory(policy: Any) -> Callable[[], Any]:
@@ -44,65 +42,56 @@ class EvalRun:
 
 
 class _Writer:
-    """The results folder.
+    """The results folder of a run (see :mod:`tau_env.harness.results`), or nothing without an ``out_dir``."""
 
-    ``trajectories.jsonl`` gets one line per finished episode, flushed and synced at once, so
-    killing the process loses no finished episode; a torn last line (from a kill mid-write) is
-    cut off when the folder is opened again, and that episode runs again.
-    """
-
-    def __init__(self, out_dir: str | Path | None, config: dict[str, Any], resume: bool):
-        self.dir = Path(out_dir) if out_dir is not None else None
-        self.previous: list[dict[str, Any]] = []
-        if self.dir is None:
-            return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / "trajectories.jsonl"
-        if resume and path.exists():
-            self.previous = _read_valid(path)
-        elif path.exists():
-            path.unlink()
-        (self.dir / "config.json").write_text(
-            json.dumps({**config, "resumed_episodes": len(self.previous)}, indent=2, default=str) + "\n"
-        )
-        self._traj = open(path, "a", encoding="utf-8")
-
-    def done_keys(self) -> set[tuple[str, int]]:
-        return {(r["task_id"], r["trial"]) for r in self.previous if r.get("termination_reason") != INFRA}
+    def __init__(
+        self, out_dir: str | Path | None, config: dict[str, Any], plan: list[tuple[str, int, int]], resume: bool
+    ):
+        self.folder = ResultsFolder(out_dir, config, plan, resume) if out_dir is not None else None
+        self.dir = self.folder.dir if self.folder is not None else None
+        self.previous = self.folder.previous if self.folder is not None else []
 
     def episode(self, r: EpisodeResult) -> None:
-        if self.dir is not None:
-            self._traj.write(json.dumps(r.to_dict(), ensure_ascii=False, default=str) + "\n")
-            self._traj.flush()
-            os.fsync(self._traj.fileno())
+        if self.folder is not None:
+            self.folder.episode(r)
 
     def finish(self, metrics: dict[str, Any], title: str, results: list[EpisodeResult]) -> None:
-        if self.dir is not None:
-            from tau_env import report
+        if self.folder is not None:
+            self.folder.finish(metrics, format_metrics(metrics, title), [r.to_dict() for r in results], title)
 
-            self._traj.close()
-            (self.dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-            (self.dir / "summary.txt").write_text(format_metrics(metrics, title) + "\n")
-            report.write(self.dir / "report.html", [r.to_dict() for r in results], metrics, title)
+    def close(self) -> None:
+        if self.folder is not None:
+            self.folder.close()
 
 
-def _read_valid(path: Path) -> list[dict[str, Any]]:
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data):  # a torn last line: drop it
-        with open(path, "r+b") as f:
-            f.truncate(end)
-    out = []
-    for n, line in enumerate(data[:end].splitlines(), 1):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            warnings.warn(f"{path}:{n}: not valid JSON; that episode will run again.", stacklevel=3)
-    return out
+def check_settings(
+    *,
+    trials: Any,
+    seed: Any,
+    loop_limit: Any,
+    task_ids: Any = None,
+    concurrency: Any = 1,
+    episode_retries: Any = 0,
+) -> None:
+    """Raise :class:`~tau_env.error.InvalidOptionError` for run settings out of range or of the wrong type."""
+    for name, value, low in (
+        ("trials", trials, 1),
+        ("concurrency", concurrency, 1),
+        ("episode_retries", episode_retries, 0),
+        ("loop_limit", loop_limit, 1),
+        ("seed", seed, None),
+    ):
+        if name == "loop_limit" and value is None:
+            continue
+        if type(value) is not int or (low is not None and value < low):
+            need = "an int" + (f" >= {low}" if low is not None else "") + (" or None" if name == "loop_limit" else "")
+            raise InvalidOptionError(f"{name} must be {need}; got {value!r}.")
+    if isinstance(task_ids, (str, bytes)) or (task_ids is not None and not isinstance(task_ids, Iterable)):
+        raise InvalidOptionError(f"task_ids must be a list of task ids; got {task_ids!r}. For one task: task_ids=[id].")
 
 
 def _plan(env: TauEnv, task_ids: Sequence[str] | None, trials: int, seed: int) -> list[tuple[str, int, int]]:
-    ids = list(task_ids) if task_ids else list(env.task_pool)
+    ids = list(dict.fromkeys(task_ids)) if task_ids else list(env.task_pool)  # each task once
     for t in ids:
         env.domain.task(t)  # fail early on a typo
     return [(t, k, episode_seed(seed, t, k)) for k in range(trials) for t in ids]
@@ -123,11 +112,14 @@ def _describe(policy: Any) -> Any:
 
 @dataclass
 class _Run:
-    """What evaluate and aevaluate share: the first env, the plan, fresh policies, the writer."""
+    """What the backends share: the first env, the plan, fresh policies, the results folder (locked
+    until ``close``; use the run as a context manager).
+    """
 
     make_env: Callable[[], TauEnv]
     first: TauEnv
-    plan: list[tuple[str, int, int]]
+    plan: list[tuple[str, int, int]]  # what is left to run
+    order: dict[tuple[str, int], int]  # (task, trial) -> place in the whole plan
     new_agent: Callable[[], Any]
     new_user: Callable[[], Any]
     writer: _Writer
@@ -150,36 +142,49 @@ class _Run:
         config: dict[str, Any],
         make_kwargs: dict[str, Any],
         resume: bool,
+        loop_limit: int | None,
     ) -> _Run:
         from tau_env import __version__
         from tau_env.users import USER_PROMPT_VERSION
 
         make_env = _make_env(env, **make_kwargs)
         first = make_env()
-        plan = _plan(first, task_ids, trials, seed)
-        new_agent, new_user = _factory(agent), _factory(user)
-        sample_agent, sample_user = new_agent(), new_user()
-        cfg = {
-            "tau_env_version": __version__,
-            "env": env if isinstance(env, str) else repr(first),
-            "domain": first.domain.name,
-            "retrieval": first.retrieval,
-            "max_steps": first.max_steps,
-            "trials": trials,
-            "seed": seed,
-            "user_prompt_version": USER_PROMPT_VERSION,
-            "agent": _describe(sample_agent),
-            "user": _describe(sample_user),
-            "tasks": sorted({t for t, _, _ in plan}),
-            **make_kwargs,
-            **config,
-        }
-        writer = _Writer(out_dir, cfg, resume)
-        done = writer.done_keys()
+        try:
+            plan = _plan(first, task_ids, trials, seed)
+            new_agent, new_user = _factory(agent), _factory(user)
+            sample_agent, sample_user = new_agent(), new_user()
+            cfg = {
+                "tau_env_version": __version__,
+                "env": env if isinstance(env, str) else repr(first),
+                "domain": first.domain.name,
+                "retrieval": first.retrieval,
+                "max_steps": first.max_steps,
+                "trials": trials,
+                "seed": seed,
+                "loop_limit": loop_limit,
+                "user_prompt_version": USER_PROMPT_VERSION,
+                "agent": _describe(sample_agent),
+                "user": _describe(sample_user),
+                "tasks": sorted({t for t, _, _ in plan}),
+                **make_kwargs,
+                **config,
+            }
+            writer = _Writer(out_dir, cfg, plan, resume)
+        except BaseException:
+            first.close()
+            raise
+        done = {(r.task_id, r.trial) for r in writer.previous}
         todo = [p for p in plan if (p[0], p[1]) not in done]
-        run = cls(make_env, first, todo, new_agent, new_user, writer, _bar(len(todo), progress))
-        run.previous = [r for r in writer.previous if (r["task_id"], r["trial"]) in done]
-        return run
+        order = {(t, k): i for i, (t, k, _) in enumerate(plan)}
+        return cls(make_env, first, todo, order, new_agent, new_user, writer, _bar(len(todo), progress))
+
+    def __enter__(self) -> _Run:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.writer.close()
+        if self.bar is not None:
+            self.bar.close()
 
     def record(self, r: EpisodeResult) -> None:
         self.done.append(r)
@@ -188,12 +193,10 @@ class _Run:
         _tick(self.bar, self.done)
 
     def finish(self, results: list[EpisodeResult], envs: Iterable[TauEnv]) -> EvalRun:
+        """Close the envs, compute metrics over the resumed and new episodes (in plan order), write the files."""
         for e in envs:
             e.close()
-        if self.bar is not None:
-            self.bar.close()
-        prior = [EpisodeResult(**r) for r in getattr(self, "previous", [])]
-        everything = prior + results
+        everything = sorted(self.writer.previous + list(results), key=lambda r: self.order[(r.task_id, r.trial)])
         metrics = compute_metrics(everything, self.finished_at)
         self.writer.finish(metrics, f"{self.first.domain.name}: {len(everything)} episodes", everything)
         return EvalRun(everything, metrics, self.writer.dir)
@@ -227,15 +230,25 @@ def evaluate(
         agent: Agent policy: a class, a zero-argument factory, or an instance (copied per episode).
             Asynchronous policies (LLM ones) are run by :func:`aevaluate` with concurrency 1.
         user: User policy, in the same forms.
-        task_ids: Tasks to run (all of the env's task pool by default).
-        trials: Trials per task.
+        task_ids: Tasks to run (all of the env's task pool by default; a task named twice runs once).
+        trials: Trials per task (an int >= 1).
         seed: Base seed; each episode's seed is derived from (seed, task, trial).
-        out_dir: Folder for config.json, trajectories.jsonl, metrics.json and summary.txt.
+        out_dir: Folder for config.json, trajectories.jsonl, metrics.json, summary.txt and
+            report.html, locked for the run (see :mod:`tau_env.harness.results`).
         progress: Show a progress bar with the live pass rate on stderr (when it is a terminal).
-        config: Extra entries for config.json (e.g. model names).
-        resume: With an ``out_dir`` that holds finished episodes, skip them (default); False starts over.
-        loop_limit: End an episode with reason "loop" when the agent repeats one action this many times.
+        config: Extra entries for config.json (e.g. model names); they identify the run.
+        resume: With an ``out_dir`` that holds finished episodes of the same settings, skip them
+            (default); False starts over. Other settings raise
+            :class:`~tau_env.error.ResultsFolderError`; more or fewer trials are fine.
+        loop_limit: End an episode with reason "loop" when the agent repeats one action this many
+            times (an int >= 1, or None for no limit).
+
+    Raises:
+        InvalidOptionError: A setting out of range or of the wrong type.
+        ResultsFolderError: ``out_dir`` cannot be written, another run holds it, or it holds a
+            run with other settings.
     """
+    check_settings(trials=trials, seed=seed, loop_limit=loop_limit, task_ids=task_ids)
     if _is_async(_factory(agent)) or _is_async(_factory(user)):
         return asyncio.run(
             aevaluate(
@@ -254,10 +267,11 @@ def evaluate(
                 **make_kwargs,
             )
         )
-    run = _Run.prepare(env, agent, user, task_ids, trials, seed, out_dir, progress, config or {}, make_kwargs, resume)
-    for task_id, trial, ep_seed in run.plan:
-        run.record(run_episode(run.first, run.new_agent(), run.new_user(), task_id, ep_seed, trial, loop_limit))
-    return run.finish(run.done, [run.first])
+    args = (task_ids, trials, seed, out_dir, progress, config or {}, make_kwargs, resume, loop_limit)
+    with _Run.prepare(env, agent, user, *args) as run:
+        for task_id, trial, ep_seed in run.plan:
+            run.record(run_episode(run.first, run.new_agent(), run.new_user(), task_id, ep_seed, trial, loop_limit))
+        return run.finish(run.done, [run.first])
 
 
 async def aevaluate(
@@ -280,34 +294,33 @@ async def aevaluate(
     """Like :func:`evaluate`, with up to ``concurrency`` episodes in flight on one event loop.
 
     An episode whose model server fails (:class:`~tau_env.error.InfrastructureError`) is run again
-    from the start, up to ``episode_retries`` times; then it is recorded with termination reason
-    ``"infrastructure_error"`` and left out of the scores. Results come back in plan order.
+    from the start, up to ``episode_retries`` times (an int >= 0); then it is recorded with
+    termination reason ``"infrastructure_error"`` and left out of the scores. Results come back in
+    plan order.
     """
-    run = _Run.prepare(
-        env,
-        agent,
-        user,
-        task_ids,
-        trials,
-        seed,
-        out_dir,
-        progress,
-        {**(config or {}), "concurrency": concurrency},
-        make_kwargs,
-        resume,
+    check_settings(
+        trials=trials,
+        seed=seed,
+        loop_limit=loop_limit,
+        task_ids=task_ids,
+        concurrency=concurrency,
+        episode_retries=episode_retries,
     )
-    results, pool = await run_plan(
-        run.make_env,
-        run.new_agent,
-        run.new_user,
-        run.plan,
-        concurrency,
-        loop_limit,
-        episode_retries,
-        run.record,
-        first=run.first,
-    )
-    return run.finish(results, pool)
+    extra = {**(config or {}), "concurrency": concurrency}
+    args = (task_ids, trials, seed, out_dir, progress, extra, make_kwargs, resume, loop_limit)
+    with _Run.prepare(env, agent, user, *args) as run:
+        results, pool = await run_plan(
+            run.make_env,
+            run.new_agent,
+            run.new_user,
+            run.plan,
+            concurrency,
+            loop_limit,
+            episode_retries,
+            run.record,
+            first=run.first,
+        )
+        return run.finish(results, pool)
 
 
 async def run_plan(

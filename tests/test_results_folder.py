@@ -1,0 +1,556 @@
+"""Results folders: settings checks on resume, the lock, validation of every record, any text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tau_env import NoopAgent, OracleAgent, ScriptedUser, aevaluate, evaluate
+from tau_env.error import InvalidOptionError, ResultsFolderError
+from tau_env.harness import EpisodeResult, episode_seed
+from tau_env.harness.results import LOCK_NAME, ResultsFolder, check_record, read_records
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = "harbor-bank-v0"
+# noop fails the first and passes the other two: metrics that a miscounted record would change
+IDS = ["lost_card_standard_shipping", "third_party_address_change_refused", "verification_failure_no_change"]
+TRIALS = 2
+PLAN = [(t, k) for k in range(TRIALS) for t in IDS]
+
+
+def run(out, agent=NoopAgent, user=ScriptedUser, **kw):
+    kw = {"task_ids": IDS, "trials": TRIALS, "out_dir": out, **kw}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # skipped records are warned about; the tests check the counts
+        return evaluate(ENV, agent, user, **kw)
+
+
+def scores(metrics):
+    """Everything but the timings."""
+    return {k: v for k, v in metrics.items() if k != "time_to_done_s"}
+
+
+def records(out):
+    return [json.loads(x) for x in (Path(out) / "trajectories.jsonl").read_bytes().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """A clean noop run: its folder, metrics and trajectory lines."""
+    out = tmp_path_factory.mktemp("clean") / "run"
+    r = run(out)
+    assert 0 < r.metrics["pass@1"] < 1
+    return out, scores(r.metrics), (out / "trajectories.jsonl").read_bytes().splitlines()
+
+
+def copy_folder(src, lines: list[bytes]) -> Path:
+    out = Path(tempfile.mkdtemp(dir=src.parent)) / "run"
+    out.mkdir()
+    shutil.copy(src / "config.json", out / "config.json")
+    (out / "trajectories.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+    return out
+
+
+# ---------------------------------------------------------------- settings of the Python API
+
+
+def _ray_evaluate(*args, **kw):
+    from tau_env.harness.ray_backend import ray_evaluate
+
+    return ray_evaluate(*args, **kw)
+
+
+BAD_SETTINGS = [
+    ({"trials": 0}, r"trials must be an int >= 1; got 0\."),
+    ({"trials": -2}, r"trials must be an int >= 1; got -2\."),
+    ({"trials": 1.5}, r"trials must be an int >= 1; got 1\.5\."),
+    ({"trials": True}, r"trials must be an int >= 1; got True\."),
+    ({"trials": "2"}, r"trials must be an int >= 1; got '2'\."),
+    ({"seed": "1"}, r"seed must be an int; got '1'\."),
+    ({"loop_limit": 0}, r"loop_limit must be an int >= 1 or None; got 0\."),
+    ({"task_ids": IDS[0]}, r"task_ids must be a list of task ids; got 'lost_card_standard_shipping'\."),
+    ({"concurrency": 0}, r"concurrency must be an int >= 1; got 0\."),
+    ({"concurrency": -4}, r"concurrency must be an int >= 1; got -4\."),
+    ({"episode_retries": -1}, r"episode_retries must be an int >= 0; got -1\."),
+    ({"episode_retries": 0.5}, r"episode_retries must be an int >= 0; got 0\.5\."),
+]
+
+
+@pytest.mark.parametrize("backend", ["evaluate", "aevaluate", "ray_evaluate"])
+@pytest.mark.parametrize(("kw", "message"), BAD_SETTINGS)
+def test_bad_run_settings_raise_invalid_option_and_write_nothing(tmp_path, backend, kw, message):
+    if backend == "evaluate" and ("concurrency" in kw or "episode_retries" in kw):
+        pytest.skip("evaluate has no such setting")
+    call = {
+        "evaluate": evaluate,
+        "aevaluate": lambda *a, **k: asyncio.run(aevaluate(*a, **k)),
+        "ray_evaluate": _ray_evaluate,  # checked before Ray is imported
+    }[backend]
+    with pytest.raises(InvalidOptionError, match=f"^{message}"):
+        call(ENV, NoopAgent, ScriptedUser, out_dir=tmp_path / "run", **kw)
+    assert not (tmp_path / "run").exists()
+
+
+def test_loop_limit_none_and_a_task_named_twice_are_fine(tmp_path):
+    r = run(tmp_path / "run", loop_limit=None, task_ids=[IDS[0], IDS[0], IDS[1]], trials=1)
+    assert [(x.task_id, x.trial) for x in r.results] == [(IDS[0], 0), (IDS[1], 0)]
+
+
+# ---------------------------------------------------------------- where the folder is
+
+
+def test_out_dir_that_is_a_file_under_a_file_or_unwritable_is_a_results_folder_error(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ResultsFolderError, match=f"^{re.escape(str(f))} is a file, not a folder"):
+        run(f)
+    with pytest.raises(ResultsFolderError, match=f"^Cannot use {re.escape(str(f / 'sub'))} as a results folder: "):
+        run(f / "sub")
+    with pytest.raises(ResultsFolderError, match=r"^Cannot use /proc/tau_env_nope/run as a results folder: .*--out"):
+        run("/proc/tau_env_nope/run")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trajectories.jsonl").mkdir()  # a folder where the log goes
+    with pytest.raises(ResultsFolderError, match=r"^Cannot use .*run as a results folder: "):
+        run(tmp_path / "run")
+    assert f.read_text() == "x"
+
+
+def test_a_disk_that_fills_up_mid_run_is_a_results_folder_error_and_releases_the_lock(tmp_path, monkeypatch):
+    import errno
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(ResultsFolderError, match=r"^Cannot use \S+ as a results folder: No space left on device\."):
+        run(tmp_path / "run")
+    monkeypatch.undo()
+    assert not (tmp_path / "run" / LOCK_NAME).exists()
+    assert run(tmp_path / "run").metrics["episodes"] == len(PLAN)
+
+
+# ---------------------------------------------------------------- settings on resume
+
+
+def test_an_oracle_folder_rerun_with_noop_is_refused_not_merged(tmp_path):
+    out = tmp_path / "run"
+    assert run(out, OracleAgent).metrics["pass@1"] == 1.0
+    before = (out / "trajectories.jsonl").read_bytes()
+    with pytest.raises(
+        ResultsFolderError,
+        match=r"^\S+ holds episodes of a run with other settings: "
+        r'agent: "OracleAgent" in the folder, "NoopAgent" now\. '
+        r"Pass --restart \(resume=False in Python\) to start over there, or another --out \(out_dir\)\.$",
+    ):
+        run(out, NoopAgent)
+    assert (out / "trajectories.jsonl").read_bytes() == before
+    assert not (out / LOCK_NAME).exists()
+    fresh = run(out, NoopAgent, resume=False)
+    assert fresh.metrics["pass@1"] == pytest.approx(2 / 3) and len(records(out)) == len(PLAN)
+
+
+class OtherUser(ScriptedUser):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("key", "change"),
+    [
+        ("agent", {"agent": OracleAgent}),
+        ("user", {"user": OtherUser}),
+        ("seed", {"seed": 1}),
+        ("tasks", {"task_ids": IDS[:2]}),
+        ("max_steps", {"max_steps": 40}),
+        ("retrieval", {"retrieval": "grep"}),
+        ("loop_limit", {"loop_limit": 3}),
+        ("model", {"config": {"model": "other"}}),
+        ("strict_tools", {"strict_tools": False}),
+        ("env", {"env": "factory"}),
+        ("user_prompt_version", {"prompt": "tau_env-user-v0"}),
+    ],
+)
+def test_resuming_with_another_identifying_setting_is_refused(tmp_path, monkeypatch, key, change):
+    out = tmp_path / "run"
+    run(out, trials=1)
+    before = (out / "trajectories.jsonl").read_bytes()
+    change = dict(change)
+    if "prompt" in change:
+        monkeypatch.setattr("tau_env.users.USER_PROMPT_VERSION", change.pop("prompt"))
+    if change.get("env") == "factory":
+        import tau_env
+
+        change.pop("env")
+        with pytest.raises(ResultsFolderError, match=rf"other settings: {key}: .*--restart"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                evaluate(lambda: tau_env.make(ENV), NoopAgent, ScriptedUser, task_ids=IDS, trials=1, out_dir=out)
+    else:
+        with pytest.raises(ResultsFolderError, match=rf"^\S+ holds episodes of a run with other settings: {key}: "):
+            run(out, trials=1, **change)
+    assert (out / "trajectories.jsonl").read_bytes() == before
+    run(out, trials=1, resume=False, **{k: v for k, v in change.items()})  # the hint works
+
+
+def test_more_or_fewer_trials_and_another_concurrency_may_resume(tmp_path):
+    out = tmp_path / "run"
+    run(out, trials=1)
+    more = run(out, trials=3)
+    assert [(r.task_id, r.trial) for r in more.results] == [(t, k) for k in range(3) for t in IDS]
+    assert json.loads((out / "config.json").read_text())["resumed_episodes"] == 3
+    fewer = run(out, trials=1)  # trials 1 and 2 are beyond this plan: skipped, reported, not counted
+    assert fewer.metrics["episodes"] == 3 and len(records(out)) == 9
+    assert json.loads((out / "config.json").read_text())["skipped_records"] == {"trial beyond the plan": 6}
+    again = asyncio.run(aevaluate(ENV, NoopAgent, ScriptedUser, task_ids=IDS, trials=3, out_dir=out, concurrency=5))
+    assert again.metrics["episodes"] == 9 and len(records(out)) == 9  # nothing ran again
+
+
+def test_a_folder_with_episodes_but_no_readable_config_is_refused(tmp_path):
+    out = tmp_path / "run"
+    run(out)
+    for broken in (None, b"{not json", b"[1, 2]", b"\xff"):
+        if broken is None:
+            (out / "config.json").unlink()
+        else:
+            (out / "config.json").write_bytes(broken)
+        with pytest.raises(ResultsFolderError, match=r"holds episodes but no readable config\.json.*--restart"):
+            run(out)
+    assert run(out, resume=False).metrics["episodes"] == len(PLAN)
+
+
+# ---------------------------------------------------------------- records
+
+
+def test_each_kind_of_bad_record_is_skipped_and_counted(clean):
+    src, metrics, lines = clean
+    good = json.loads(lines[0])
+    junk = [
+        b"42",
+        b"{}",
+        b"[]",
+        b"not json",
+        b"\xff\xfe{}",
+        json.dumps({**good, "extra": 1}).encode(),
+        json.dumps({k: v for k, v in good.items() if k != "grade"}).encode(),
+        json.dumps({**good, "trial": "0"}).encode(),
+        json.dumps({**good, "reward": True}).encode(),
+        json.dumps({**good, "reward": float("nan")}).encode(),
+        json.dumps({**good, "usage": {"agent": 5}}).encode(),
+        json.dumps({**good, "task_id": "nope"}).encode(),
+        json.dumps({**good, "trial": 7, "seed": episode_seed(0, good["task_id"], 7)}).encode(),
+        json.dumps({**good, "seed": good["seed"] + 1}).encode(),
+        lines[0],
+    ]
+    out = copy_folder(src, lines + junk + [b'{"task_id": "torn'])
+    (out / "trajectories.jsonl").write_bytes((out / "trajectories.jsonl").read_bytes()[:-1])  # no final newline
+    with pytest.warns(UserWarning, match=r"trajectories\.jsonl: skipped 16 records: .*not an episode record"):
+        r = evaluate(ENV, NoopAgent, ScriptedUser, task_ids=IDS, trials=TRIALS, out_dir=out)
+    assert scores(r.metrics) == metrics
+    assert json.loads((out / "config.json").read_text())["skipped_records"] == {
+        "invalid JSON": 1,
+        "invalid UTF-8": 1,
+        "not an episode record": 9,
+        "task not in this run": 1,
+        "trial beyond the plan": 1,
+        "seed not of this run": 1,
+        "duplicate episode": 1,
+        "torn last line": 1,
+    }
+    assert not (out / "trajectories.jsonl").read_bytes().endswith(b"torn")  # cut off
+
+
+def test_check_record_accepts_what_the_harness_writes_and_names_what_is_wrong(clean):
+    good = json.loads(clean[2][0])
+    assert check_record(good) is None
+    assert check_record(7) == "a JSON int, not an object"
+    assert check_record({**good, "steps": -1}) == "steps is negative"
+    assert check_record({**good, "reward": 2.0}) == "reward 2.0 is not in [0, 1]"
+    assert check_record({**good, "events": [1]}).startswith("events is [1], not of type")
+
+
+def _mutations(good: dict) -> list[dict]:
+    """Copies of a record that are not valid episodes of the plan."""
+    wrong = {str: 1, int: "1", float: "x", dict: [], list: {}}
+    out = [{**good, "task_id": "nope"}, {**good, "task_id": "damaged_card_standard_expedited"}]
+    out += [{**good, "trial": k, "seed": episode_seed(0, good["task_id"], k)} for k in (TRIALS, TRIALS + 3)]
+    out += [{**good, "seed": good["seed"] ^ 1}, {**good, "unknown": None}, {**good, "reward": float("inf")}]
+    for name, value in good.items():
+        out.append({k: v for k, v in good.items() if k != name})
+        kind = type(value) if value is not None else str
+        out.append({**good, name: wrong[kind] if kind in wrong else [value]})
+        out.append({**good, name: True})
+    return out
+
+
+corruption = st.one_of(
+    st.tuples(st.just("delete"), st.integers(0, 100)),
+    st.tuples(st.just("duplicate"), st.integers(0, 100), st.integers(0, 100)),
+    st.tuples(st.just("insert"), st.integers(0, 100), st.binary(max_size=40).map(lambda b: b.replace(b"\n", b""))),
+    st.tuples(
+        st.just("insert"), st.integers(0, 100), st.sampled_from([b"0", b"-1.5", b"{}", b"[]", b"null", b'"x"', b"\xff"])
+    ),
+    st.tuples(st.just("mutate"), st.integers(0, 100), st.integers(0, 10_000), st.integers(0, 100)),
+    st.tuples(st.just("bad_utf8"), st.integers(0, 100), st.integers(0, 10_000)),
+    st.tuples(st.just("truncate"), st.integers(0, 10**6)),
+)
+
+
+def _corrupt(lines: list[bytes], ops) -> bytes:
+    lines = list(lines)
+    torn = b""
+    for op, *a in ops:
+        n = len(lines)
+        if op == "delete" and n:
+            del lines[a[0] % n]
+        elif op == "duplicate" and n:
+            lines.insert(a[1] % (n + 1), lines[a[0] % n])
+        elif op == "insert":
+            lines.insert(a[0] % (n + 1), a[1])
+        elif op == "mutate" and n:
+            try:
+                good = json.loads(lines[a[0] % n])
+            except ValueError:
+                continue
+            if check_record(good) is None:
+                bad = _mutations(good)
+                lines.insert(a[2] % (n + 1), json.dumps(bad[a[1] % len(bad)]).encode())
+        elif op == "bad_utf8" and n and lines[a[0] % n]:
+            line = lines[a[0] % n]
+            i = a[1] % len(line)
+            lines.insert(a[0] % n, line[:i] + b"\xc3\x28" + line[i + 1 :])
+        elif op == "truncate":
+            data = b"".join(x + b"\n" for x in lines) + torn
+            data = data[: a[0] % (len(data) + 1)]
+            lines, torn = data.split(b"\n")[:-1], data.split(b"\n")[-1]
+    return b"".join(x + b"\n" for x in lines) + torn
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(corruption, max_size=8))
+def test_random_corruptions_never_change_the_metrics_of_the_planned_episodes(clean, ops):
+    src, metrics, lines = clean
+    out = copy_folder(src, [])
+    (out / "trajectories.jsonl").write_bytes(_corrupt(lines, ops))
+    r = run(out)
+    assert scores(r.metrics) == metrics
+    assert [(x.task_id, x.trial) for x in r.results] == PLAN
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kept, _ = read_records(out / "trajectories.jsonl", [(t, k, episode_seed(0, t, k)) for t, k in PLAN])
+    assert [(x.task_id, x.trial) for x in kept] == PLAN  # the folder now holds each planned episode
+    assert scores(run(out).metrics) == metrics  # and resuming it again runs nothing new
+    assert not (out / LOCK_NAME).exists()
+
+
+# ---------------------------------------------------------------- the lock
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused_and_the_lock_goes_with_the_run(tmp_path):
+    out = tmp_path / "run"
+    seen = []
+
+    class Nested(NoopAgent):
+        def __call__(self, obs):
+            if not seen:
+                with pytest.raises(ResultsFolderError, match=r"^\S+ is in use by another run \(process \d+\)") as e:
+                    run(out)
+                seen.append(str(e.value))
+            return super().__call__(obs)
+
+    assert run(out, Nested, trials=1).metrics["episodes"] == 3 and seen
+    assert f"(process {os.getpid()})" in seen[0] and not (out / LOCK_NAME).exists()
+
+    class Crash(NoopAgent):
+        def __call__(self, obs):
+            raise RuntimeError("policy bug")
+
+    with pytest.raises(RuntimeError, match="policy bug"):
+        run(out, Crash, trials=1, resume=False)
+    assert not (out / LOCK_NAME).exists()
+    assert run(out, trials=1).metrics["episodes"] == 3  # released on the exception
+
+
+GATED = """
+import sys, time, pathlib
+from tau_env import NoopAgent, ScriptedUser, evaluate
+from tau_env.error import ResultsFolderError
+out = pathlib.Path(sys.argv[1])
+class Gate(NoopAgent):
+    def __call__(self, obs):
+        (out.parent / f"started-{{__import__('os').getpid()}}").touch()
+        deadline = time.time() + 60
+        while not (out.parent / "go").exists() and time.time() < deadline:
+            time.sleep(0.01)
+        return super().__call__(obs)
+try:
+    evaluate("{env}", Gate, ScriptedUser, task_ids={ids}, trials={trials}, out_dir=out)
+except ResultsFolderError as e:
+    print(e)
+    sys.exit(3)
+"""
+
+
+def test_two_processes_started_at_once_on_one_folder(tmp_path):
+    script = tmp_path / "gated.py"
+    script.write_text(GATED.format(env=ENV, ids=IDS, trials=TRIALS))
+    out = tmp_path / "run"
+    start = lambda: subprocess.Popen(  # noqa: E731
+        [sys.executable, str(script), str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    procs = [start(), start()]
+    deadline = time.time() + 60
+    while time.time() < deadline and not (
+        any(p.poll() is not None for p in procs) and list(tmp_path.glob("started-*"))
+    ):
+        time.sleep(0.02)
+    (tmp_path / "go").touch()
+    outs = [p.communicate(timeout=60) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 3], outs
+    refused = next(o for p, o in zip(procs, outs) if p.returncode == 3)[0]
+    assert re.match(r"^\S+ is in use by another run \(process \d+\)", refused)
+    assert sorted((r["task_id"], r["trial"]) for r in records(out)) == sorted(PLAN)
+    assert len(list(tmp_path.glob("started-*"))) == 1  # only one of them ran episodes
+
+
+def test_a_killed_run_leaves_no_lock_behind(tmp_path):
+    script = tmp_path / "gated.py"
+    script.write_text(GATED.format(env=ENV, ids=IDS, trials=TRIALS))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], cwd=ROOT)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(tmp_path.glob("started-*")):
+        time.sleep(0.02)
+    assert (out / LOCK_NAME).exists()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert run(out).metrics["episodes"] == len(PLAN)  # the lock file is there, but nobody holds it
+
+
+# ---------------------------------------------------------------- the Ray backend uses the same folder
+
+
+class _FakeRay(types.ModuleType):
+    """Just enough of Ray to run ``ray_evaluate`` in this process."""
+
+    def __init__(self):
+        super().__init__("ray")
+        self.started = False
+
+    def is_initialized(self):
+        return self.started
+
+    def init(self, **kw):
+        self.started = True
+
+    def cluster_resources(self):
+        return {"CPU": 2}
+
+    def remote(self, fn):
+        return types.SimpleNamespace(remote=lambda *a: _Ref(fn(*a)))
+
+    def wait(self, refs, num_returns=1):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        return ref.value
+
+
+class _Ref:
+    def __init__(self, value):
+        self.value = value
+
+
+def test_ray_backend_follows_the_same_folder_rules(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay())
+    from tau_env.harness.ray_backend import ray_evaluate
+
+    out = tmp_path / "run"
+    run(out, trials=1)
+    run(tmp_path / "oracle", OracleAgent, trials=1)
+    with pytest.raises(ResultsFolderError, match=r'other settings: agent: "OracleAgent" in the folder, "NoopAgent"'):
+        ray_evaluate(ENV, NoopAgent, ScriptedUser, task_ids=IDS, trials=1, out_dir=tmp_path / "oracle")
+    with open(out / "trajectories.jsonl", "ab") as f:
+        f.write(b"{}\n" + (out / "trajectories.jsonl").read_bytes().splitlines()[0] + b"\n")
+    with pytest.warns(UserWarning, match="skipped 2 records"):
+        r = ray_evaluate(ENV, NoopAgent, ScriptedUser, task_ids=IDS, trials=TRIALS, out_dir=out, chunk_size=1)
+    assert [(x.task_id, x.trial) for x in r.results] == PLAN
+    assert json.loads((out / "config.json").read_text())["resumed_episodes"] == 3
+    assert not (out / LOCK_NAME).exists()
+
+
+# ---------------------------------------------------------------- any text
+
+
+def canon(x):
+    """``x`` as JSON reads it back: a pair of surrogate code points is the character it encodes."""
+    return json.loads(json.dumps(x))
+
+
+any_text = st.text(st.characters(blacklist_categories=()), max_size=30)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=any_text, arg=any_text, note=any_text)
+def test_any_model_text_is_held_faithfully_by_every_file(tmp_path_factory, text, arg, note):
+    class Talker:
+        """Says ``text``, then calls a tool with ``arg`` (as a JSON string and as a dict), then stops."""
+
+        def __init__(self):
+            self.n = 0
+
+        def __call__(self, obs):
+            self.n += 1
+            if self.n > 2:
+                return {"role": "assistant", "content": "Goodbye " + text}
+            args = json.dumps({"query": arg}, ensure_ascii=self.n == 1) if self.n == 1 else {"query": arg}
+            call = {"id": f"c{self.n}", "type": "function", "function": {"name": "find_customer", "arguments": args}}
+            return {"role": "assistant", "content": text, "tool_calls": [call]}
+
+    out = tmp_path_factory.mktemp("text") / "run"
+    r = evaluate(ENV, Talker, ScriptedUser, task_ids=IDS[:1], out_dir=out, config={"note": note, note: "key"})
+    (record,) = records(out)
+    assert record == canon(r.results[0].to_dict())
+    config = json.loads((out / "config.json").read_bytes())
+    assert config["note"] == canon(note) and config[canon(note)] == "key"
+    assert json.loads((out / "metrics.json").read_bytes()) == canon(r.metrics)
+    (out / "summary.txt").read_text(encoding="utf-8")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    payload = re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S).group(1)
+    assert "</" not in payload and "<!--" not in payload
+    assert json.loads(payload)["episodes"][0]["events"] == record["events"]
+
+
+@given(text=any_text)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_folder_writes_text_the_env_did_not_clean_and_reads_it_back(tmp_path_factory, text):
+    out = tmp_path_factory.mktemp("raw")
+    plan = [("t" + text, 0, 1)]
+    ep = EpisodeResult(
+        "t" + text, 0, 1, 1.0, text, 2, 0, 0, {text: text}, [{"message": {"content": text}}], 0.0, {}, text, {}
+    )
+    folder = ResultsFolder(out, {"note": text}, plan, resume=True)
+    try:
+        folder.episode(ep)
+        folder.finish({"per_task": {text: 1}}, text, [ep.to_dict()], text)
+    finally:
+        folder.close()
+    again = ResultsFolder(out, {"note": text}, plan, resume=True)
+    again.close()
+    assert [canon(r.to_dict()) for r in again.previous] == [canon(ep.to_dict())]
+    for name in ("trajectories.jsonl", "config.json", "metrics.json", "summary.txt", "report.html"):
+        (out / name).read_bytes().decode("utf-8")  # valid UTF-8, every one
