@@ -3,13 +3,17 @@
 A scripted OpenAI-compatible server (``tau_env.testing.FakeOpenAI``) runs in a separate process
 and answers every request after a fixed latency. Each episode makes a fixed number of model
 requests one after another, so its ideal duration is (requests per episode) x latency, and with
-every episode in flight the whole run's ideal is the slowest episode's. We report the harness's
-own CPU time per env step (the server's CPU is in the other process) and the time to finish
-against that ideal.
+every episode in flight the whole run's ideal is the slowest episode's. Three clients, one after
+another in the same run: an in-process stub (the process's CPU is then the harness's own), the
+default ``ChatClient`` (the lean HTTP/1.1 client) and ``ChatClient(backend="openai")``, both over
+real HTTP. We report the process's CPU time per env step (one model request each; the server's CPU
+is in the other process), the client's share of it (minus the stub's), and the time to finish
+against the ideal.
 
-    python benchmarks/harness_scale.py [--episodes 1000] [--latency 0.5]
+    python benchmarks/harness_scale.py [--episodes 1000] [--latency 0.5] [--quick]
 
-Prints a table, then one JSON line.
+Prints a table, then one JSON line. ``--quick`` is a smoke run of a few seconds (63 episodes,
+50 ms per request).
 """
 
 from __future__ import annotations
@@ -68,17 +72,17 @@ class StubClient:
         return script({"messages": messages}).message
 
 
-def measure(url: str | None, episodes: int, latency: float) -> dict:
+def measure(client: str, url: str | None, episodes: int, latency: float) -> dict:
     import tau_env
     from tau_env.llm import ChatClient, LLMAgent, LLMUser
 
     domain = tau_env.registry.load_domain("harbor-bank-v0")
     trials = -(-episodes // len(domain.tasks))
-    if url is None:
+    if client == "stub":
         agent, user = LLMAgent(StubClient(latency)), LLMUser(StubClient(latency))
     else:
-        agent = LLMAgent(ChatClient("agent", url, timeout=600, retries=0))
-        user = LLMUser(ChatClient("user", url, timeout=600, retries=0))
+        agent = LLMAgent(ChatClient("agent", url, timeout=600, retries=0, backend=client))
+        user = LLMUser(ChatClient("user", url, timeout=600, retries=0, backend=client))
     cpu0, t0 = time.process_time(), time.perf_counter()
     run = asyncio.run(
         tau_env.aevaluate(
@@ -91,6 +95,8 @@ def measure(url: str | None, episodes: int, latency: float) -> dict:
     return {
         "episodes": len(run.results),
         "steps": steps,
+        "requests": sum(u.get("requests", 0) for r in run.results for u in r.usage.values()) or steps,
+        "cpu_s": round(cpu, 3),
         "cpu_per_step_ms": round(cpu / steps * 1000, 4),
         "wall_s": round(wall, 3),
         "ideal_s": ideal,
@@ -103,33 +109,57 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=1000)
     ap.add_argument("--latency", type=float, default=0.5, help="seconds per model request")
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     args = ap.parse_args()
+    if args.quick:
+        args.episodes, args.latency = 63, 0.05
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # two sockets per episode in flight
-    stub = measure(None, args.episodes, args.latency)
+    measure("stub", None, 1, 0.001)  # warm up (imports, caches) so that the first row pays for nothing extra
+    stub = measure("stub", None, args.episodes, args.latency)
     q: mp.Queue = mp.Queue()
     proc = mp.Process(target=serve, args=(q, args.latency), daemon=True)
     proc.start()
-    http = measure(q.get(timeout=60), args.episodes, args.latency)
-    proc.terminate()
+    try:
+        url = q.get(timeout=60)
+        lean = measure("http", url, args.episodes, args.latency)
+        sdk = measure("openai", url, args.episodes, args.latency)
+    finally:
+        proc.terminate()
+        proc.join()
+    for m in (lean, sdk):  # the client's own CPU per request: what it adds to the harness's
+        m["client_cpu_per_request_ms"] = round((m["cpu_s"] - stub["cpu_s"]) / m["requests"] * 1000, 4)
     print(
         f"harness at scale: {stub['episodes']} episodes in flight in one process, {args.latency * 1000:.0f} ms "
         "per model request, 6 requests per episode"
     )
-    print(f"{'client':<34}{'steps':>7}{'CPU/step':>12}{'finish':>9}{'ideal':>8}{'vs ideal':>10}{'infra':>7}")
-    for name, m in (("in-process stub (harness only)", stub), ("openai client over HTTP", http)):
+    print(
+        f"{'client':<34}{'steps':>7}{'CPU/step':>12}{'client/req':>12}{'finish':>9}{'ideal':>8}{'vs ideal':>10}"
+        f"{'infra':>7}"
+    )
+    rows = (
+        ("in-process stub (harness only)", stub),
+        ("ChatClient over HTTP (lean)", lean),
+        ("ChatClient(backend='openai')", sdk),
+    )
+    for name, m in rows:
+        client = f"{m['client_cpu_per_request_ms']:>10.3f}ms" if "client_cpu_per_request_ms" in m else f"{'-':>12}"
         print(
-            f"{name:<34}{m['steps']:>7}{m['cpu_per_step_ms']:>10.3f}ms{m['wall_s']:>8.2f}s{m['ideal_s']:>7.2f}s"
-            f"{m['overhead_pct']:>9.1f}%{m['infrastructure_errors']:>7}"
+            f"{name:<34}{m['steps']:>7}{m['cpu_per_step_ms']:>10.3f}ms{client}{m['wall_s']:>8.2f}s"
+            f"{m['ideal_s']:>7.2f}s{m['overhead_pct']:>9.1f}%{m['infrastructure_errors']:>7}"
         )
     print(
         json.dumps(
             {
                 "latency_s": args.latency,
                 "harness_only": stub,
-                "over_http": http,
+                "over_http": lean,
+                "over_http_openai": sdk,
                 "cpu_per_step_ms": stub["cpu_per_step_ms"],
                 "overhead_pct": stub["overhead_pct"],
+                "http_cpu_per_step_ms": lean["cpu_per_step_ms"],
+                "http_overhead_pct": lean["overhead_pct"],
+                "openai_cpu_per_step_ms": sdk["cpu_per_step_ms"],
             }
         )
     )

@@ -1,6 +1,7 @@
 """Model servers in either seat: an async OpenAI-compatible client, LLM agent and user policies.
 
-Needs the ``llm`` extra (the ``openai`` package); ``import tau_env`` does not load it.
+The default client transport needs only the standard library; ``ChatClient(backend="openai")``
+needs the ``llm`` extra (the ``openai`` package), which ``import tau_env`` never loads.
 """
 
 from tau_env.llm.cache import ResponseCache

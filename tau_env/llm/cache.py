@@ -37,23 +37,30 @@ class ResponseCache:
 
     @staticmethod
     def key(request: dict[str, Any]) -> str:
-        return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        """The request's digest (lone surrogates, which JSON text from a server may hold, included)."""
+        text = json.dumps(request, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def get(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        return self.lookup(self.key(request))
+
+    def put(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        self.store(self.key(request), reply)
+
+    def lookup(self, key: str) -> dict[str, Any] | None:
+        """The reply stored under ``key`` (from :meth:`key`), or None."""
         with self._lock:
-            row = self._conn.execute("SELECT reply FROM replies WHERE key = ?", (self.key(request),)).fetchone()
+            row = self._conn.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
         if row is None:
             self.misses += 1
             return None
         self.hits += 1
         return json.loads(row[0])
 
-    def put(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+    def store(self, key: str, reply: dict[str, Any]) -> None:
+        """Keep ``reply`` under ``key``; stored as ASCII JSON, so any string a reply holds fits."""
         with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO replies VALUES (?, ?)",
-                (self.key(request), json.dumps(reply, ensure_ascii=False)),
-            )
+            self._conn.execute("INSERT OR REPLACE INTO replies VALUES (?, ?)", (key, json.dumps(reply)))
 
     def close(self) -> None:
         self._conn.close()
