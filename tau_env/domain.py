@@ -238,6 +238,8 @@ def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -
     seed_file = root / "seed.json"
     seed = read_json_file(seed_file)
     tasks_file = root / "tasks.json" if (root / "tasks.json").exists() else root / "tasks.jsonl"
+    if not tasks_file.exists():
+        raise TaskFileError(f"{root / 'tasks.json'}: no such file (nor tasks.jsonl); a domain folder needs its tasks.")
     tasks = load_tasks(tasks_file)
     _check_rows(schema, seed, seed_file, tasks, tasks_file)
     guidelines = root / "user_guidelines.md"
@@ -284,7 +286,7 @@ def _domain_meta(path: Path) -> dict[str, Any]:
             raise bad("clock", 'an ISO date-time such as "2025-06-02T09:30:00"') from None
     if "greeting" in meta and not (meta["greeting"] is None or isinstance(meta["greeting"], str)):
         raise bad("greeting", "a string or null")
-    if "retrieval" in meta and meta["retrieval"] not in RETRIEVAL_CONFIGS:
+    if "retrieval" in meta and not (isinstance(meta["retrieval"], str) and meta["retrieval"] in RETRIEVAL_CONFIGS):
         raise bad("retrieval", f"one of {list(RETRIEVAL_CONFIGS)}")
     max_steps = meta.get("max_steps", 1)
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
@@ -305,6 +307,10 @@ def _check_rows(schema: Schema, seed: Any, seed_file: Path, tasks: Sequence[Task
 
         def load(patch: dict[str, Any], where: Callable[[list[str | int]], str], error: type[DomainError]) -> None:
             for table, rows in patch.items():
+                try:
+                    schema.table(table)
+                except DomainError as e:
+                    raise error(f"{where([table])}: {e}") from e
                 if not isinstance(rows, list):
                     raise error(f"{where([table])}: expected an array of rows, got {type_name(rows)}.")
                 for i, row in enumerate(rows):
