@@ -1,4 +1,5 @@
-"""LLM policies through the real openai client, over real HTTP, against a scripted loopback server."""
+"""LLM policies through ChatClient (the default lean transport; the openai one where named), over real HTTP,
+against a scripted loopback server."""
 
 import asyncio
 import json
@@ -10,8 +11,6 @@ import textwrap
 import time
 
 import pytest
-
-pytest.importorskip("openai")
 
 from tau_env import TauEnv, aevaluate, arun_episode  # noqa: E402
 from tau_env.llm import ChatClient, LLMAgent, LLMUser, ResponseCache, Sampling, parse_text_tool_calls  # noqa: E402
@@ -35,15 +34,18 @@ def restock_script(agent_replies=None):
     return script
 
 
-def policies(url, retries=3, timeout=10, cache=None):
-    agent = LLMAgent(ChatClient("agent-m", url, retries=retries, backoff=0.01, timeout=timeout))
-    user = LLMUser(ChatClient("user-m", url, backoff=0.01, cache=cache))
+def policies(url, retries=3, timeout=10, cache=None, backend="http"):
+    agent = LLMAgent(ChatClient("agent-m", url, retries=retries, backoff=0.01, timeout=timeout, backend=backend))
+    user = LLMUser(ChatClient("user-m", url, backoff=0.01, cache=cache, backend=backend))
     return agent, user
 
 
-def test_scores_an_episode_and_counts_tokens():
+@pytest.mark.parametrize("backend", ["http", "openai"])
+def test_scores_an_episode_and_counts_tokens(backend):
+    if backend == "openai":
+        pytest.importorskip("openai")
     with FakeOpenAI(restock_script()) as server:
-        agent, user = policies(server.url)
+        agent, user = policies(server.url, backend=backend)
         r = asyncio.run(arun_episode(TauEnv(make_domain()), agent, user, "restock", seed=7))
     assert r.reward == 1.0 and r.termination_reason == "user_stop"
     assert r.usage["agent"]["requests"] == 3 and r.usage["agent"]["prompt_tokens"] == 30
