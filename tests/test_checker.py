@@ -23,6 +23,16 @@ def test_valid_domain_passes(domain):
     "task,needle",
     [
         (_task(actions=[{"name": "nope"}]), "no tool named 'nope'"),
+        (_task(actions=[{"name": "add_stok"}]), "no tool named 'add_stok'. Did you mean \"add_stock\"?"),
+        (
+            _task(actions=[{"name": "unlock_tool", "arguments": {"tool_name": "secret_restock_1235"}}]),
+            "action 0 (unlock_tool): tool_name 'secret_restock_1235' names no discoverable or hand-over tool. "
+            'Did you mean "secret_restock_1234"?',
+        ),
+        (
+            _task(actions=[{"name": "hand_over_tool", "arguments": {"tool_name": "get_item"}}]),
+            "tool_name 'get_item' names no discoverable or hand-over tool.",
+        ),
         (_task(actions=[{"name": "confirm_in_app", "arguments": {"code": "x"}}]), "is a user tool but the requestor"),
         (
             _task(
@@ -100,3 +110,31 @@ def test_undocumented_discoverable_tool_is_reported():
 def test_play_can_be_skipped(domain):
     assert domain_problems(domain, play=False) == {}
     assert domain_problems(domain, task_ids=[TASKS[0].id]) == {}
+
+
+def test_tau3_reference_calling_a_missing_discoverable_tool_is_reported():
+    """tau3 answers a call to an unknown discoverable tool with an ordinary output, so only the name check sees it."""
+    from pathlib import Path
+
+    from tau_env.tasks import Action
+
+    data = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tau3_banking"
+    if not data.is_dir():
+        pytest.skip("needs ../shared/data")
+    from tau_env.domains import tau3_banking
+
+    d = tau3_banking.load(str(data))
+    assert domain_problems(d, play=False) == {}  # the benchmark's own tasks name only existing tools
+    task = next(t for t in d.tasks if any(a.name == "call_discoverable_agent_tool" for a in t.actions))
+    bad = task.model_copy(deep=True)
+    i, a = next((i, a) for i, a in enumerate(bad.actions) if a.name == "call_discoverable_agent_tool")
+    real = a.arguments["agent_tool_name"]
+    a.arguments["agent_tool_name"] = real[:-1] + ("0" if real[-1] != "0" else "1")
+    bad.actions.append(Action(name="give_discoverable_user_tool", arguments={"discoverable_tool_name": real}))
+    problems = task_problems(d, bad, play=False)
+    assert problems == [
+        f"action {i} (call_discoverable_agent_tool): agent_tool_name {a.arguments['agent_tool_name']!r} names no "
+        f'discoverable agent tool. Did you mean "{real}"?',
+        f"action {len(bad.actions) - 1} (give_discoverable_user_tool): discoverable_tool_name {real!r} names no "
+        "discoverable user tool.",
+    ]
