@@ -1,5 +1,3 @@
-import time
-
 import numpy as np
 import pytest
 
@@ -37,15 +35,14 @@ def test_bm25_index_empty_and_large_k():
 
 def test_grep_finds_lines_and_survives_hostile_patterns():
     assert grep(DOCS, r"replace_card_\d+") == [("cards", 3, "Use replace_card_5120 to order a replacement card.")]
-    with pytest.raises(ToolError, match="Invalid regular expression"):
+    with pytest.raises(ToolError, match=r"^Invalid regular expression '\(\[': unterminated character set"):
         grep(DOCS, "([")
-    with pytest.raises(ToolError, match="too long"):
+    with pytest.raises(ToolError, match=r"^Pattern too long \(1000 characters; at most 300\)\.$"):
         grep(DOCS, "a" * 1000)
     evil = [Document("evil", "x", "a" * 30_000 + "!")]
-    started = time.perf_counter()
-    with pytest.raises(ToolError, match="took too long"):
+    with pytest.raises(ToolError, match=r"^The pattern exceeded the grep budget \(0\.05 s of CPU time, 256 MB"):
         grep(evil, r"(a+)+$", timeout=0.05)
-    assert time.perf_counter() - started < 5  # bounded, not exponential
+    assert grep(DOCS, "Branches") == [("hours", 3, "Branches open 9 to 5 on weekdays.")]  # a fresh worker
 
 
 def test_rrf_fuse():
@@ -117,6 +114,7 @@ def test_minilm_encoder_offline(tmp_path, monkeypatch):
     v = enc.encode(["I want a refund", "give me my money back", "reset my password"])
     assert v.shape == (3, 384)
     assert float(v[0] @ v[1]) > float(v[0] @ v[2])
+    assert enc.encode(["a lone \ud83d surrogate"]).shape == (1, 384)  # the tokenizer would raise TypeError
     kb = KnowledgeBase(DOCS, embedder=enc)
     assert kb.search_dense("when are branches open", 1)[0].doc_id == "hours"
 

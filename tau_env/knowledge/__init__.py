@@ -8,9 +8,19 @@ results are deterministic. Embedding search needs the ``embed`` extra.
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import pickle
 import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +30,17 @@ import numpy as np
 
 from tau_env.error import DomainError, ToolError
 
-__all__ = ["Document", "KnowledgeBase", "BM25Index", "SearchHit", "tokenize", "grep", "rrf_fuse", "load_documents"]
+__all__ = [
+    "Document",
+    "KnowledgeBase",
+    "BM25Index",
+    "SearchHit",
+    "tokenize",
+    "grep",
+    "grep_counts",
+    "rrf_fuse",
+    "load_documents",
+]
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:[_'][a-z0-9]+)*")
 STOPWORDS = frozenset(
@@ -128,10 +148,185 @@ def rrf_fuse(rankings: Iterable[Sequence[str]], k: int = 60) -> list[tuple[str, 
     return sorted(scores.items(), key=lambda kv: (-kv[1], first[kv[0]]))
 
 
-#: Patterns longer than this are refused by grep.
+#: Patterns longer than this are refused by Harbor Bank's ``grep_documents``.
 MAX_PATTERN = 300
-#: Wall-clock budget of one grep over the whole knowledge base, in seconds.
-GREP_TIMEOUT = 0.2
+#: Queries longer than this (in characters) are refused by every search tool, in both domains
+#: (the longest string argument a validated tool takes, ``tau_env.tools.MAX_STRING``).
+MAX_QUERY = 8192
+#: CPU seconds one grep call may use, compiling the pattern included.
+GREP_TIMEOUT = 1.0
+#: Wall-clock seconds one grep call may take, whatever the machine's load.
+GREP_WALL_TIMEOUT = 5.0
+#: Memory (MB) one grep call may add to its worker process (enforced on Linux).
+GREP_MEMORY_MB = 256
+
+
+def budget_message(timeout: float, memory_mb: int) -> str:
+    """The text of the :class:`ToolError` for a pattern that exceeded the grep budget.
+
+    The same whichever limit was reached (which one comes first can depend on the machine), so
+    that the model sees the same observation everywhere; :attr:`GrepWorker.last_breach` tells which.
+    """
+    return (
+        f"The pattern exceeded the grep budget ({timeout:g} s of CPU time, {memory_mb} MB of memory); "
+        "use a simpler pattern."
+    )
+
+
+def check_query(query: str) -> None:
+    """Refuse a search query over :data:`MAX_QUERY` characters, as validated tools refuse any longer
+    string argument (BM25 over a 10 MB query would take seconds and hundreds of MB).
+    """
+    if len(query) > MAX_QUERY:
+        raise ToolError(f"Argument 'query' is too long ({len(query)} characters; at most {MAX_QUERY}).")
+
+
+class GrepWorker:
+    """Runs the model's regular expressions in a child process, under a budget of time and memory.
+
+    No regex engine can be stopped from outside while it compiles or backtracks (``re`` has no
+    timeout; ``regex`` has none for compiling, and ``(?:(?:a{300}){300}){300}`` takes it seconds
+    and gigabytes), so the pattern runs in a worker process (``_grep_worker.py``) with a CPU-time
+    timer and an address-space limit; past either the worker ends, as it does when the parent's
+    wall-clock limit passes (it is killed). The call then raises :class:`ToolError` with
+    :func:`budget_message`, and the next call starts a fresh worker (tens of milliseconds).
+
+    One worker per process (a Ray worker or a forked process gets its own), started on the first
+    grep and again after a breach; it keeps the last 8 document sets it was sent, so a call sends
+    only the pattern (the round trip costs well under a millisecond). Calls from several threads
+    take turns. The worker exits when its parent closes the pipe or exits.
+    """
+
+    CORPORA = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid = 0
+        self._corpora: OrderedDict[tuple[str, ...], int] = OrderedDict()
+        self._next_id = 0
+        #: Which limit the last breach reached: ``"cpu"``, ``"memory"``, ``"wall"`` (or ``"exit N"``).
+        self.last_breach: str | None = None
+
+    def run(self, op: str, texts: tuple[str, ...], *args: Any, timeout: float, memory_mb: int) -> Any:
+        """Run ``op`` (``"count"`` or ``"lines"``, see ``_grep_worker``) on ``texts``; the worker's value."""
+        with self._lock:
+            try:
+                cid = self._corpus(texts)
+                self._send(op, cid, timeout, memory_mb << 20, *args)
+                kind, value = self._receive(time.monotonic() + GREP_WALL_TIMEOUT)
+            except (OSError, EOFError) as e:  # the worker ended (a budget), or is stuck (TimeoutError)
+                self.last_breach = "wall" if isinstance(e, TimeoutError) else self._exit_reason()
+                self.close()
+                raise ToolError(budget_message(timeout, memory_mb)) from None
+        if kind == "invalid":
+            raise ToolError(f"Invalid regular expression {args[0][:80]!r}: {value}.")
+        if kind == "raise":
+            raise ToolError(value)
+        return value
+
+    def close(self) -> None:
+        """End the worker (the next call starts another)."""
+        proc, self._proc = self._proc, None
+        self._corpora.clear()
+        if proc is None:
+            return
+        if self._pid == os.getpid():  # in a forked child the worker is the parent's: leave it be
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:  # a broken pipe while flushing: nothing left to say to it
+                pass
+
+    def _exit_reason(self) -> str:
+        try:
+            code = self._proc.wait(timeout=5)  # type: ignore[union-attr]
+        except subprocess.TimeoutExpired:
+            return "wall"
+        if code == -signal.SIGPROF:
+            return "cpu"
+        # 3: a MemoryError; a C library that cannot allocate may abort (SIGABRT) or crash instead
+        return "memory" if code in (3, -signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL) else f"exit {code}"
+
+    def _start(self) -> None:
+        self.close()
+        worker = Path(__file__).with_name("_grep_worker.py")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-P", str(worker)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a terminal's Ctrl-C goes to the parent only
+        )
+        self._pid = os.getpid()
+        try:
+            self._receive(time.monotonic() + 60)
+        except (OSError, EOFError, TimeoutError) as e:
+            self.close()
+            raise RuntimeError(f"The grep worker ({worker}) did not start: {e!r}.") from e
+
+    def _corpus(self, texts: tuple[str, ...]) -> int:
+        if self._proc is None or self._pid != os.getpid() or self._proc.poll() is not None:
+            self._start()
+        cid = self._corpora.get(texts)
+        if cid is not None:
+            self._corpora.move_to_end(texts)
+            return cid
+        if len(self._corpora) >= self.CORPORA:
+            _, old = self._corpora.popitem(last=False)
+            self._send("load", old, None)
+            self._receive(time.monotonic() + 60)
+        cid = self._corpora[texts] = self._next_id
+        self._next_id += 1
+        self._send("load", cid, list(texts))
+        self._receive(time.monotonic() + 60)
+        return cid
+
+    def _send(self, *message: Any) -> None:
+        body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        stdin = self._proc.stdin  # type: ignore[union-attr]
+        stdin.write(struct.pack("!Q", len(body)) + body)  # type: ignore[union-attr]
+        stdin.flush()  # type: ignore[union-attr]
+
+    def _receive(self, deadline: float) -> Any:
+        fd = self._proc.stdout.fileno()  # type: ignore[union-attr]
+
+        def read(n: int) -> bytes:
+            chunks, left = [], n
+            while left:
+                wait = deadline - time.monotonic()
+                if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                    raise TimeoutError("no reply in time")
+                chunk = os.read(fd, left)
+                if not chunk:
+                    raise EOFError("the worker ended")
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks)
+
+        return pickle.loads(read(struct.unpack("!Q", read(8))[0]))
+
+
+_WORKER = GrepWorker()
+atexit.register(_WORKER.close)
+
+
+def grep_counts(
+    texts: Sequence[str], pattern: str, *, timeout: float | None = None, memory_mb: int | None = None
+) -> list[int]:
+    """tau3-banking's grep count: non-overlapping matches of ``pattern`` in each text, as the
+    benchmark computes them (``re``, case-insensitive; a pattern that is not a valid regex is
+    matched literally).
+
+    Budget (compiling included): ``timeout`` s of CPU time (default :data:`GREP_TIMEOUT`, 1 s),
+    :data:`GREP_WALL_TIMEOUT` (5 s) of wall-clock time and ``memory_mb`` MB (default
+    :data:`GREP_MEMORY_MB`, 256) of memory; past it :class:`ToolError` with :func:`budget_message`.
+    """
+    timeout = GREP_TIMEOUT if timeout is None else timeout
+    memory_mb = GREP_MEMORY_MB if memory_mb is None else memory_mb
+    return _WORKER.run("count", tuple(texts), pattern, timeout=timeout, memory_mb=memory_mb)
 
 
 def grep(
@@ -140,37 +335,23 @@ def grep(
     *,
     ignore_case: bool = True,
     max_matches: int = 50,
-    timeout: float = GREP_TIMEOUT,
+    timeout: float | None = None,
+    memory_mb: int | None = None,
 ) -> list[tuple[str, int, str]]:
-    """Regex search line by line; returns ``(doc_id, line_number, line)``.
+    """Regex search line by line (the ``regex`` engine); returns ``(doc_id, line_number, line)``.
 
-    Uses the ``regex`` engine with a time budget, so a pathological pattern such as ``(a+)+$``
-    ends in a :class:`ToolError` instead of hanging the process.
+    Budget: a pattern of at most :data:`MAX_PATTERN` characters; compiling and searching take at
+    most ``timeout`` s of CPU time (:data:`GREP_TIMEOUT`, 1 s), :data:`GREP_WALL_TIMEOUT` (5 s)
+    of wall-clock time and ``memory_mb`` MB (:data:`GREP_MEMORY_MB`, 256) of memory, or the call
+    raises :class:`ToolError` with :func:`budget_message` (see :class:`GrepWorker`).
     """
-    import regex
-
     if len(pattern) > MAX_PATTERN:
         raise ToolError(f"Pattern too long ({len(pattern)} characters; at most {MAX_PATTERN}).")
-    try:
-        rx = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
-    except (regex.error, ValueError, OverflowError, RecursionError) as e:
-        raise ToolError(f"Invalid regular expression {pattern[:80]!r}: {e}.") from None
-    deadline = time.perf_counter() + timeout
-    out = []
-    for d in docs:
-        for n, line in enumerate(d.text.splitlines(), 1):
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                raise ToolError("The pattern took too long to search; use a simpler pattern.")
-            try:
-                hit = rx.search(line, timeout=left)
-            except TimeoutError:
-                raise ToolError("The pattern took too long to search; use a simpler pattern.") from None
-            if hit:
-                out.append((d.id, n, line))
-                if len(out) >= max_matches:
-                    return out
-    return out
+    timeout = GREP_TIMEOUT if timeout is None else timeout
+    memory_mb = GREP_MEMORY_MB if memory_mb is None else memory_mb
+    texts = tuple(d.text for d in docs)
+    found = _WORKER.run("lines", texts, pattern, ignore_case, max_matches, timeout=timeout, memory_mb=memory_mb)
+    return [(docs[i].id, n, line) for i, n, line in found]
 
 
 class KnowledgeBase:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tau_env.knowledge import Document
+from tau_env.knowledge import Document, check_query, grep_counts
 
 K1, B, EPSILON, TOP_K = 1.5, 0.75, 0.25, 10
 
@@ -139,8 +139,12 @@ def timing_suffix(retrieval_ms: float, total_ms: float, reranking_ms: float = 0.
 
 def timed_search_output(search: Callable[[str], Sequence[tuple[Document, float]]], query: str) -> str:
     """KB_search's text for any backend: the hit blocks (or ``No relevant documents found.``) and
-    the timing suffix, with wall-clock milliseconds.
+    the timing suffix, with wall-clock milliseconds. A query over
+    :data:`~tau_env.knowledge.MAX_QUERY` (8192) characters is refused with a :class:`ToolError`
+    (the benchmark has no limit; BM25 over 10 MB would take seconds and hundreds of MB).
     """
+    if isinstance(query, str):  # a non-string fails in ``search`` as in the benchmark
+        check_query(query)
     started = time.perf_counter()
     hits = search(query)
     ms = (time.perf_counter() - started) * 1000
@@ -157,14 +161,15 @@ def grep_hits(documents: Sequence[Document], pattern: str, k: int = TOP_K) -> li
     """The benchmark's grep ranking: non-overlapping matches counted in each document's content
     (case-insensitive; a pattern that is not a valid regex is matched literally), documents with
     a match sorted by count (ties in load order), the first ``k``; a blank pattern finds nothing.
+
+    The pattern is compiled and matched by :func:`tau_env.knowledge.grep_counts`, in a worker
+    process under the grep budget (1 s of CPU time, 5 s of wall-clock time, 256 MB of memory);
+    past it a :class:`ToolError` says so (the benchmark itself has no budget and can hang).
     """
     if not pattern.strip():
         return []
-    try:
-        rx = re.compile(pattern, re.IGNORECASE)
-    except re.error:
-        rx = re.compile(re.escape(pattern), re.IGNORECASE)
-    scored = [(d, float(len(rx.findall(d.content)))) for d in documents]
+    counts = grep_counts([d.content for d in documents], pattern)
+    scored = [(d, float(n)) for d, n in zip(documents, counts, strict=True)]
     return sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])[:k]
 
 
