@@ -23,7 +23,7 @@ from tau_env.domains.tau3_banking.retrieval import (
     kb_search_output,
     strip_timing,
 )
-from tau_env.error import DomainError
+from tau_env.error import DomainError, InvalidOptionError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DATA = SHARED / "tau3_banking"
@@ -192,8 +192,14 @@ def test_golden_retrieval_through_make(domain):
 
 
 def test_unknown_keyword_is_a_clear_error(domain):
-    with pytest.raises(DomainError, match=r"Unknown tau3-banking retrieval configuration 'bm52'.*'bm25'"):
+    expected = (
+        r"^Unknown tau3-banking retrieval configuration 'bm52'; expected one of \[.*'bm25'.*\]\. "
+        r"Did you mean \"bm25\"\?$"
+    )
+    with pytest.raises(InvalidOptionError, match=expected):
         tau_env.make("tau3-banking", data_dir=str(DATA), retrieval="bm52")
+    with pytest.raises(InvalidOptionError, match=expected):
+        load(DATA, retrieval="bm52")
     with pytest.raises(DomainError, match="Unknown tau3-banking retrieval configuration 'dense'"):
         build_prompt(domain, "dense")
 

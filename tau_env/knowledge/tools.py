@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tau_env.error import ToolError
+from collections.abc import Iterable
+
+from tau_env.error import InvalidOptionError, ToolError, did_you_mean
+from tau_env.knowledge import check_query
 from tau_env.tools import Tool, ToolContext, tool
 
 #: Retrieval configurations and the knowledge tools each gives the agent.
@@ -15,6 +18,9 @@ RETRIEVAL_CONFIGS: dict[str, tuple[str, ...]] = {
     "all": ("search_documents", "search_documents_dense", "grep_documents"),
     "none": (),
 }
+
+#: Knowledge tools that embed the query with the ``embed`` extra's model.
+EMBEDDING_TOOLS = frozenset({"search_documents_dense", "search_documents_hybrid"})
 
 
 def _format_hits(ctx: ToolContext, hits: list) -> str:
@@ -31,6 +37,7 @@ def _search(ctx: ToolContext, method: str, query: str, k: int) -> str:
     q = query.strip()
     if not q:
         raise ToolError("The query is empty; describe what you are looking for in a few words.")
+    check_query(q)
     if not 1 <= k <= 10:
         raise ToolError(f"k must be between 1 and 10, got {k}.")
     return _format_hits(ctx, ctx.kb.search(q, k, method=method))
@@ -85,13 +92,27 @@ def grep_documents(ctx: ToolContext, pattern: str) -> str:
 _ALL = {t.name: t for t in (search_documents, search_documents_dense, search_documents_hybrid, grep_documents)}
 
 
-def knowledge_tools(retrieval: str) -> list[Tool]:
-    """The knowledge tools of a retrieval configuration (see ``RETRIEVAL_CONFIGS``)."""
-    from tau_env.error import did_you_mean
+def unknown_retrieval(key: object, choices: Iterable[str], domain: str = "") -> InvalidOptionError:
+    """The error for a retrieval configuration that a domain does not have (the same in every domain)."""
+    choices = sorted(choices)
+    return InvalidOptionError(
+        f"Unknown {domain + ' ' if domain else ''}retrieval configuration {key!r}; expected one of "
+        f"{choices}.{did_you_mean(str(key), choices)}"
+    )
 
+
+def knowledge_tools(retrieval: str) -> list[Tool]:
+    """The knowledge tools of a retrieval configuration (see ``RETRIEVAL_CONFIGS``).
+
+    Raises:
+        InvalidOptionError: ``retrieval`` is not a configuration.
+        DependencyNotInstalled: the configuration embeds queries and the ``embed`` extra is missing.
+    """
     if retrieval not in RETRIEVAL_CONFIGS:
-        raise ValueError(
-            f"Unknown retrieval configuration {retrieval!r}; expected one of "
-            f"{sorted(RETRIEVAL_CONFIGS)}.{did_you_mean(retrieval, RETRIEVAL_CONFIGS)}"
-        )
-    return [_ALL[n] for n in RETRIEVAL_CONFIGS[retrieval]]
+        raise unknown_retrieval(retrieval, RETRIEVAL_CONFIGS)
+    names = RETRIEVAL_CONFIGS[retrieval]
+    if EMBEDDING_TOOLS.intersection(names):
+        from tau_env.knowledge.embed import require_embed
+
+        require_embed(f"retrieval {retrieval!r}")
+    return [_ALL[n] for n in names]

@@ -27,10 +27,12 @@ from tau_env.domains.tau3_banking.data import resolve_data_dir
 from tau_env.domains.tau3_banking.store import DDL, Store, apply_initialization, initialization_plan, load_seed
 from tau_env.domains.tau3_banking.toolkit import AGENT_TOOLS, NOW, USER_TOOLS, Tau3Context
 from tau_env.error import DomainError
+from tau_env.knowledge.embed import require_embed
+from tau_env.knowledge.tools import unknown_retrieval
 from tau_env.tasks import Task
 from tau_env.tools import Tool, Toolbox, raw_tool
 
-__all__ = ["Tau3Domain", "load", "RETRIEVAL"]
+__all__ = ["Tau3Domain", "load", "check_retrieval", "RETRIEVAL"]
 
 
 def _not_found(name: str, active: list[str]) -> str:
@@ -115,8 +117,10 @@ class Tau3Domain(Domain):
         from tau_env.domains.tau3_banking.prompts import retrieval_tools
 
         key = retrieval or self.retrieval
-        box = self._toolboxes.get(key)
+        box = self._toolboxes.get(key) if isinstance(key, str) else None
         if box is None:
+            if key != "all":  # every knowledge tool, for replays and checks
+                check_retrieval(key)
             # the benchmark lists its knowledge tools before the banking tools
             box = self._toolboxes[key] = Toolbox(
                 [*retrieval_tools(self, key), *self.tools], unknown_tool_message=_not_found
@@ -127,9 +131,12 @@ class Tau3Domain(Domain):
     prompt_depends_on_task = True
 
     def system_prompt(self, retrieval: str | None = None, task: Task | None = None) -> str:
-        from tau_env.domains.tau3_banking.prompts import build_prompt
+        from tau_env.domains.tau3_banking.prompts import RETRIEVAL, build_prompt
 
-        return build_prompt(self, retrieval or self.retrieval, task)
+        key = retrieval or self.retrieval
+        if not (isinstance(key, str) and key in RETRIEVAL):
+            check_retrieval(key)  # raises the error every domain raises
+        return build_prompt(self, key, task)
 
     def export_db(self, db: EpisodeDB) -> dict[str, Any]:
         """The database in the benchmark's layout: ``{table: {"data": {row_id: row}, "notes": str}}``."""
@@ -158,15 +165,24 @@ def _load(root: str, retrieval: str) -> Tau3Domain:
     )
 
 
-def load(data_dir: str | os.PathLike[str] | None = None, retrieval: str = "bm25") -> Tau3Domain:
-    """The tau3-banking domain from the benchmark's data folder (``data_dir`` or ``$TAU3_BANKING_DATA``)."""
+def check_retrieval(key: object) -> None:
+    """Check a retrieval configuration when an env is made.
+
+    Raises:
+        InvalidOptionError: ``key`` is not one of :data:`~tau_env.domains.tau3_banking.prompts.RETRIEVAL`
+            (with the list and a did-you-mean, as for every domain).
+        DependencyNotInstalled: its ``KB_search`` embeds queries and the ``embed`` extra is missing.
+    """
     from tau_env.domains.tau3_banking.prompts import RETRIEVAL
 
-    if retrieval not in RETRIEVAL:
-        from tau_env.error import did_you_mean
+    config = RETRIEVAL.get(key) if isinstance(key, str) else None
+    if config is None:
+        raise unknown_retrieval(key, RETRIEVAL, "tau3-banking")
+    if config.search == "dense":
+        require_embed(f"retrieval {key!r}")
 
-        raise DomainError(
-            f"Unknown tau3-banking retrieval configuration {retrieval!r}; expected one of "
-            f"{sorted(RETRIEVAL)}.{did_you_mean(retrieval, RETRIEVAL)}"
-        )
+
+def load(data_dir: str | os.PathLike[str] | None = None, retrieval: str = "bm25") -> Tau3Domain:
+    """The tau3-banking domain from the benchmark's data folder (``data_dir`` or ``$TAU3_BANKING_DATA``)."""
+    check_retrieval(retrieval)
     return _load(str(resolve_data_dir(data_dir).resolve()), retrieval)
