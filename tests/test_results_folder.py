@@ -83,7 +83,10 @@ BAD_SETTINGS = [
     ({"trials": "2"}, r"trials must be an int >= 1; got '2'\."),
     ({"seed": "1"}, r"seed must be an int; got '1'\."),
     ({"loop_limit": 0}, r"loop_limit must be an int >= 1 or None; got 0\."),
-    ({"task_ids": IDS[0]}, r"task_ids must be a list of task ids; got 'lost_card_standard_shipping'\."),
+    ({"task_ids": IDS[0]}, r"task_ids must be a non-empty list of task ids \(None for every task\); got 'lost_"),
+    ({"task_ids": []}, r"task_ids must be a non-empty list of task ids \(None for every task\); got \[\]\.$"),
+    ({"task_ids": [1]}, r"task_ids must be a non-empty list of task ids \(None for every task\); got \[1\]\.$"),
+    ({"trials": "x" * 10**6}, r"trials must be an int >= 1; got 'x{56}\.\.\.\.$"),
     ({"concurrency": 0}, r"concurrency must be an int >= 1; got 0\."),
     ({"concurrency": -4}, r"concurrency must be an int >= 1; got -4\."),
     ({"episode_retries": -1}, r"episode_retries must be an int >= 0; got -1\."),
@@ -107,7 +110,7 @@ def test_bad_run_settings_raise_invalid_option_and_write_nothing(tmp_path, backe
 
 
 def test_loop_limit_none_and_a_task_named_twice_are_fine(tmp_path):
-    r = run(tmp_path / "run", loop_limit=None, task_ids=[IDS[0], IDS[0], IDS[1]], trials=1)
+    r = run(tmp_path / "run", loop_limit=None, task_ids=iter([IDS[0], IDS[0], IDS[1]]), trials=1)
     assert [(x.task_id, x.trial) for x in r.results] == [(IDS[0], 0), (IDS[1], 0)]
 
 
@@ -554,3 +557,28 @@ def test_the_folder_writes_text_the_env_did_not_clean_and_reads_it_back(tmp_path
     assert [canon(r.to_dict()) for r in again.previous] == [canon(ep.to_dict())]
     for name in ("trajectories.jsonl", "config.json", "metrics.json", "summary.txt", "report.html"):
         (out / name).read_bytes().decode("utf-8")  # valid UTF-8, every one
+
+
+def _strict(text):
+    """JSON as a browser's ``JSON.parse`` reads it: no NaN or Infinity."""
+
+    def bad(name):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=bad)
+
+
+def test_the_report_keeps_script_breaking_text_and_nan_inside_its_data(tmp_path):
+    from tau_env import report
+
+    nasty = "</script><!--<script>alert(1)</SCRIPT>\u2028__TITLE__ __DATA__ \ud83d"
+    ep = {"task_id": nasty, "trial": 0, "reward": 0.0, "events": [{"message": {"content": nasty}}], "error": nasty}
+    metrics = {"pass@1": float("nan"), "pass^k": {"1": float("inf")}, "per_task": {nasty: 1}}
+    html = report.write(tmp_path / "r.html", [ep], metrics, title=nasty).read_text(encoding="utf-8")
+    payload = re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S).group(1)
+    assert "<" not in payload
+    data = _strict(payload)
+    assert data["episodes"][0]["events"][0]["message"]["content"] == nasty
+    assert data["metrics"]["pass@1"] == "nan" and data["metrics"]["pass^k"] == {"1": "inf"}
+    assert html.count("</script>") == 2 and "&lt;/script&gt;" in html  # the title is escaped
+    assert "__TITLE__ __DATA__" in html.split("</title>")[0]  # and no slot is filled inside another

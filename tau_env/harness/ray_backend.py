@@ -65,7 +65,7 @@ def ray_evaluate(
         chunk_size: Episodes per Ray task; by default the plan is cut into about four chunks per CPU.
         Other arguments: as :func:`~tau_env.aevaluate`.
     """
-    check_settings(
+    task_ids = check_settings(
         trials=trials,
         seed=seed,
         loop_limit=loop_limit,

@@ -64,6 +64,11 @@ class _Writer:
             self.folder.close()
 
 
+def _short_repr(value: Any, width: int = 60) -> str:
+    r = repr(value)
+    return r if len(r) <= width else r[: width - 3] + "..."
+
+
 def check_settings(
     *,
     trials: Any,
@@ -72,8 +77,12 @@ def check_settings(
     task_ids: Any = None,
     concurrency: Any = 1,
     episode_retries: Any = 0,
-) -> None:
-    """Raise :class:`~tau_env.error.InvalidOptionError` for run settings out of range or of the wrong type."""
+) -> list[str] | None:
+    """The task ids as a list (None for the whole pool), after checking every run setting.
+
+    Raises:
+        InvalidOptionError: A setting out of range or of the wrong type.
+    """
     for name, value, low in (
         ("trials", trials, 1),
         ("concurrency", concurrency, 1),
@@ -85,13 +94,19 @@ def check_settings(
             continue
         if type(value) is not int or (low is not None and value < low):
             need = "an int" + (f" >= {low}" if low is not None else "") + (" or None" if name == "loop_limit" else "")
-            raise InvalidOptionError(f"{name} must be {need}; got {value!r}.")
-    if isinstance(task_ids, (str, bytes)) or (task_ids is not None and not isinstance(task_ids, Iterable)):
-        raise InvalidOptionError(f"task_ids must be a list of task ids; got {task_ids!r}. For one task: task_ids=[id].")
+            raise InvalidOptionError(f"{name} must be {need}; got {_short_repr(value)}.")
+    if task_ids is None:
+        return None
+    ids = list(task_ids) if isinstance(task_ids, Iterable) and not isinstance(task_ids, (str, bytes)) else None
+    if not ids or not all(isinstance(t, str) for t in ids):
+        raise InvalidOptionError(
+            f"task_ids must be a non-empty list of task ids (None for every task); got {_short_repr(task_ids)}."
+        )
+    return ids
 
 
 def _plan(env: TauEnv, task_ids: Sequence[str] | None, trials: int, seed: int) -> list[tuple[str, int, int]]:
-    ids = list(dict.fromkeys(task_ids)) if task_ids else list(env.task_pool)  # each task once
+    ids = list(dict.fromkeys(task_ids)) if task_ids is not None else list(env.task_pool)  # each task once
     for t in ids:
         env.domain.task(t)  # fail early on a typo
     return [(t, k, episode_seed(seed, t, k)) for k in range(trials) for t in ids]
@@ -183,6 +198,7 @@ class _Run:
 
     def __exit__(self, *exc: Any) -> None:
         self.writer.close()
+        self.first.close()  # closed by finish already, unless the run failed
         if self.bar is not None:
             self.bar.close()
 
@@ -248,7 +264,7 @@ def evaluate(
         ResultsFolderError: ``out_dir`` cannot be written, another run holds it, or it holds a
             run with other settings.
     """
-    check_settings(trials=trials, seed=seed, loop_limit=loop_limit, task_ids=task_ids)
+    task_ids = check_settings(trials=trials, seed=seed, loop_limit=loop_limit, task_ids=task_ids)
     if _is_async(_factory(agent)) or _is_async(_factory(user)):
         return asyncio.run(
             aevaluate(
@@ -298,7 +314,7 @@ async def aevaluate(
     termination reason ``"infrastructure_error"`` and left out of the scores. Results come back in
     plan order.
     """
-    check_settings(
+    task_ids = check_settings(
         trials=trials,
         seed=seed,
         loop_limit=loop_limit,
