@@ -1,16 +1,114 @@
-"""The ``tau-env`` command: list, check, eval, show."""
+"""The ``tau-env`` command: list, check, eval, replay, export-sft, show.
+
+A user's mistake (a bad flag value, a path that cannot be used, an unknown task, a domain error)
+ends with one line on stderr, ``tau-env: <what is wrong>``, and exit status 2; an interrupt with
+status 130. Only a bug in tau_env shows a traceback. Text from episodes and data goes through
+:func:`tau_env.show.escape` before it reaches the terminal.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import inspect
+import io
 import json
+import math
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from tau_env.error import Error, InvalidOptionError
+from tau_env.show import escape
 
 AGENTS = ("oracle", "noop", "random")
 USERS = ("scripted",)
+#: Trials per task beyond this are refused: the plan alone would exhaust memory long before they ran.
+MAX_TRIALS = 10_000
+#: OSErrors that are about the user's files or machine, not a bug: reported in one line.
+_USER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def _out(text: str, file: Any = None) -> None:
+    """Print ``text`` with terminal controls escaped (it may hold model text or data)."""
+    print(escape(text), file=file or sys.stdout)
+
+
+def _err(text: str) -> None:
+    """One line on stderr, ``tau-env: <text>``, with newlines folded and controls escaped."""
+    line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    print(f"tau-env: {escape(line)}", file=sys.stderr)
+
+
+# -- argument types: a bad value is an argparse error (one line, status 2) ---------------------------
+
+
+def _int(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f"from {lo} to {hi}" if hi is not None else f"at least {lo}"
+            raise argparse.ArgumentTypeError(f"expected an integer {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _float(lo: float = -math.inf, positive: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < lo or (positive and value <= 0):
+            bound = "above 0" if positive else f"at least {lo:g}" if lo > -math.inf else "finite"
+            raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _path(text: str) -> Path:
+    if not text or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return Path(text)
+
+
+def _name(text: str) -> str:
+    """A non-empty word without control characters (ids, model names, variable names)."""
+    if not text.strip() or escape(text) != text or "\n" in text or "\t" in text:
+        raise argparse.ArgumentTypeError(f"expected a non-empty name without control characters, got {text!r}")
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (``tau-env: ...``) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        _err(f"{message} (see: {self.prog} --help)")
+        self.exit(2)
+
+
+def _usable(path: Path, flag: str, kind: str = "folder") -> None:
+    """Refuse, before any work, a ``path`` where a ``kind`` ("folder" or "file") cannot be written."""
+    if kind == "file" and path.is_dir():
+        raise InvalidOptionError(f"{flag} {path} is a folder; pass a file path.")
+    start = path if kind == "folder" else path.parent
+    for p in (start, *start.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise InvalidOptionError(f"{flag} {path}: {p} is a file, not a folder; pass another path.")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise InvalidOptionError(f"{flag} {path}: {p} is not writable; pass another path.")
+            return
 
 
 def _agent(name: str) -> Any:
@@ -19,8 +117,23 @@ def _agent(name: str) -> Any:
     return {"oracle": OracleAgent, "noop": NoopAgent, "random": RandomAgent}[name]
 
 
-def _domain_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {"data_dir": args.data_dir} if getattr(args, "data_dir", None) else {}
+def _domain_kwargs(args: argparse.Namespace, env_id: str) -> dict[str, Any]:
+    """The loader keywords of the flags (``--data-dir``), refused for a domain whose loader takes none."""
+    if getattr(args, "data_dir", None) is None:
+        return {}
+    from tau_env.registry import registry
+
+    fn = registry.spec(env_id).entry_point
+    if isinstance(fn, str):
+        import importlib
+
+        module, _, attr = fn.partition(":")
+        fn = getattr(importlib.import_module(module), attr)
+    if "data_dir" not in inspect.signature(fn).parameters:
+        raise InvalidOptionError(f"{env_id} is not loaded from a data folder; drop --data-dir.")
+    if not args.data_dir.is_dir():
+        raise InvalidOptionError(f"--data-dir {args.data_dir} is not a folder; pass the domain's data folder.")
+    return {"data_dir": args.data_dir}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -28,7 +141,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     width = max(len(i) for i in registry.ids())
     for env_id in registry.ids():
-        print(f"{env_id:<{width}}  {registry.spec(env_id).description}")
+        _out(f"{env_id:<{width}}  {registry.spec(env_id).description}")
     return 0
 
 
@@ -36,21 +149,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     from tau_env.checker import domain_problems
     from tau_env.registry import registry
 
-    domain = registry.load_domain(args.domain, **_domain_kwargs(args))
+    domain = registry.load_domain(args.domain, **_domain_kwargs(args, args.domain))
     started = time.perf_counter()
     problems = domain_problems(domain, args.task or None, play=not args.no_play)
     n = len(args.task) if args.task else len(domain.tasks)
     if not problems:
-        print(
+        _out(
             f"{args.domain}: {n} tasks and {len(domain.documents)} documents pass every check "
             f"({time.perf_counter() - started:.1f} s)."
         )
         return 0
     for key, ps in problems.items():
-        print(f"{key}:")
+        _out(f"{key}:")
         for p in ps:
-            print(f"  - {p}")
-    print(f"{args.domain}: {len(problems)} of {n} entries fail.", file=sys.stderr)
+            _out(f"  - {p}")
+    _out(f"{args.domain}: {len(problems)} of {n} entries fail.", file=sys.stderr)
     return 1
 
 
@@ -65,7 +178,9 @@ def _llm(args: argparse.Namespace, seat: str) -> Any:
     if seat == "user" and not args.no_cache:
         from tau_env.knowledge.embed import cache_dir
 
-        cache = ResponseCache(Path(args.cache) if args.cache else cache_dir() / "responses.sqlite")
+        path = args.cache or cache_dir() / "responses.sqlite"
+        _usable(path, "--cache", "file")
+        cache = ResponseCache(path)
     client = ChatClient(
         model,
         getattr(args, f"{seat}_base_url"),
@@ -83,17 +198,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from tau_env.harness import aevaluate, evaluate, format_metrics
 
-    domain = args.domain_opt or args.domain
-    agent = _llm(args, "agent") or _agent(args.agent)
-    user = _llm(args, "user") or _user(args.user)
+    if args.domain and args.domain_opt and args.domain != args.domain_opt:
+        raise InvalidOptionError(f"Two domains given, {args.domain!r} and --domain {args.domain_opt!r}; give one.")
+    domain = args.domain_opt or args.domain or "harbor-bank-v0"
+    for seat in ("agent", "user"):
+        if getattr(args, f"{seat}_base_url") and not getattr(args, f"{seat}_model"):
+            raise InvalidOptionError(f"--{seat}-base-url needs --{seat}-model: name the model to use there.")
     agent_name = args.agent_model or args.agent
     user_name = args.user_model or args.user
-    out = args.out or Path("runs") / f"{domain}-{agent_name.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
-    make_kwargs: dict[str, Any] = {**_domain_kwargs(args)}
-    if args.max_steps:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or Path("runs") / f"{domain}-{agent_name.replace('/', '_')}-{stamp}"
+    _usable(out, "--out")
+    make_kwargs: dict[str, Any] = {**_domain_kwargs(args, domain)}
+    if args.max_steps is not None:
         make_kwargs["max_steps"] = args.max_steps
-    if args.retrieval:
+    if args.retrieval is not None:
         make_kwargs["retrieval"] = args.retrieval
+    agent = _llm(args, "agent") or _agent(args.agent)
+    user = _llm(args, "user") or _user(args.user)
     common = dict(
         task_ids=args.task or None,
         trials=args.trials,
@@ -111,8 +233,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         run = asyncio.run(aevaluate(domain, agent, user, concurrency=args.concurrency, **common))
     else:
         run = evaluate(domain, agent, user, **common)
-    print(format_metrics(run.metrics, f"{domain} | agent {agent_name} | user {user_name}"))
-    print(f"results: {run.out_dir}")
+    _out(format_metrics(run.metrics, f"{domain} | agent {agent_name} | user {user_name}"))
+    _out(f"results: {run.out_dir}")
     return 0
 
 
@@ -123,33 +245,23 @@ def _user(name: str) -> Any:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from tau_env.sft import read_episodes
     from tau_env.show import format_episode
 
-    path = Path(args.path)
-    if path.is_dir():
-        path = path / "trajectories.jsonl"
-    if not path.is_file():
-        print(f"No trajectory file at {path}; pass a results folder or a trajectories.jsonl.", file=sys.stderr)
-        return 2
+    def skipped(n: int, why: str) -> None:
+        _out(f"({args.path}: line {n} is {why}; skipped)", file=sys.stderr)
+
     shown = 0
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                print(f"(line {n + 1} is not valid JSON; skipped)", file=sys.stderr)
-                continue
-            if args.task and rec.get("task_id") not in args.task:
-                continue
-            if args.failed and rec.get("reward", 0) >= 1:
-                continue
-            print(format_episode(rec, limit=args.width))
-            print()
-            shown += 1
-            if args.limit and shown >= args.limit:
-                break
+    for rec in read_episodes(args.path, on_skip=skipped):
+        if args.task and rec["task_id"] not in args.task:
+            continue
+        if args.failed and rec["reward"] >= 1:
+            continue
+        print(format_episode(rec, limit=args.width))  # escaped by format_episode
+        print()
+        shown += 1
+        if args.limit is not None and shown >= args.limit:
+            break
     if not shown:
         print("No episode matched.", file=sys.stderr)
     return 0
@@ -158,126 +270,167 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from tau_env.registry import registry
 
-    domain = registry.load_domain(args.domain, **_domain_kwargs(args))
+    domain = registry.load_domain(args.domain, **_domain_kwargs(args, args.domain))
     tasks = domain.tasks if args.task == "all" else [domain.task(args.task)]
     for task in tasks:
         record = domain.replay_record(task)
-        if args.json:
-            print(json.dumps(record, ensure_ascii=False))
+        if args.json:  # JSON escapes for terminal controls keep it valid JSON of the same value
+            print(escape(json.dumps(record, ensure_ascii=False), as_json=True))
         else:
-            print(f"== {task.id}: {len(record['actions'])} actions")
+            _out(f"== {task.id}: {len(record['actions'])} actions")
             for i, a in enumerate(record["actions"]):
                 flag = " (error)" if a["error"] else ""
-                print(f"[{i:>2}] {a['requestor']:<9} {a['name']}{flag}\n     {a['output'][:300]}")
+                _out(f"[{i:>2}] {a['requestor']:<9} {a['name']}{flag}\n     {a['output'][:300]}")
     return 0
 
 
 def cmd_export_sft(args: argparse.Namespace) -> int:
     from tau_env.sft import export
 
-    if not args.jsonl and not args.parquet:
-        print("Give --jsonl FILE and/or --parquet FILE.", file=sys.stderr)
-        return 2
-    n = export(args.run, args.jsonl, args.parquet, min_reward=args.min_reward, greeting_turns=args.greeting_turns)
-    print(f"wrote {n} examples" + "".join(f" to {p}" for p in (args.jsonl, args.parquet) if p))
+    if args.jsonl is None and args.parquet is None:
+        raise InvalidOptionError("export-sft needs an output: give --jsonl FILE and/or --parquet FILE.")
+    source = args.run / "trajectories.jsonl" if args.run.is_dir() else args.run
+    for flag, path in (("--jsonl", args.jsonl), ("--parquet", args.parquet)):
+        if path is not None:
+            _usable(path, flag, "file")
+            if path.exists() and source.exists() and path.samefile(source):
+                raise InvalidOptionError(f"{flag} {path} is the trajectory file being read; pass another path.")
+
+    def skipped(n: int, why: str) -> None:
+        _out(f"({args.run}: line {n} is {why}; skipped)", file=sys.stderr)
+
+    n = export(args.run, args.jsonl, args.parquet, args.min_reward, greeting_turns=args.greeting_turns, on_skip=skipped)
+    _out(f"wrote {n} examples" + "".join(f" to {p}" for p in (args.jsonl, args.parquet) if p))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tau-env", description="Evaluate and check tau_env domains.")
+    p = _Parser(prog="tau-env", description="Evaluate and check tau_env domains.")
     sub = p.add_subparsers(dest="command", required=True)
+    data_dir = dict(type=_path, help="data folder, for domains loaded from a path")
+    tasks = dict(action="append", type=_name)
 
     s = sub.add_parser("list", help="list registered environments")
     s.set_defaults(fn=cmd_list)
 
     s = sub.add_parser("check", help="check a domain's tasks (replay, determinism, oracle play)")
-    s.add_argument("domain", help="environment id, e.g. harbor-bank-v0")
-    s.add_argument("--task", action="append", help="check only this task (repeatable)")
+    s.add_argument("domain", type=_name, help="environment id, e.g. harbor-bank-v0")
+    s.add_argument("--task", **tasks, help="check only this task (repeatable)")
     s.add_argument("--no-play", action="store_true", help="skip the oracle-vs-scripted-user episode")
-    s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
+    s.add_argument("--data-dir", **data_dir)
     s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("eval", help="evaluate policies (built-in or model servers) on a domain")
-    s.add_argument("domain", nargs="?", default="harbor-bank-v0", help="environment id (default: harbor-bank-v0)")
-    s.add_argument("--domain", dest="domain_opt", help="environment id (same as the positional argument)")
+    s.add_argument("domain", nargs="?", type=_name, help="environment id (default: harbor-bank-v0)")
+    s.add_argument("--domain", dest="domain_opt", type=_name, help="environment id (same as the positional argument)")
     s.add_argument("--agent", choices=AGENTS, default="oracle", help="built-in agent policy (default: oracle)")
     s.add_argument("--user", choices=USERS, default="scripted", help="built-in user policy (default: scripted)")
     for seat in ("agent", "user"):
-        s.add_argument(f"--{seat}-model", help=f"model name on an OpenAI-compatible server, for the {seat} seat")
-        s.add_argument(f"--{seat}-base-url", help=f"the {seat} server's base URL, e.g. http://127.0.0.1:8000/v1")
+        s.add_argument(
+            f"--{seat}-model", type=_name, help=f"model name on an OpenAI-compatible server, for the {seat} seat"
+        )
+        s.add_argument(
+            f"--{seat}-base-url", type=_name, help=f"the {seat} server's base URL, e.g. http://127.0.0.1:8000/v1"
+        )
         s.add_argument(
             f"--{seat}-api-key-env",
+            type=_name,
             default="OPENAI_API_KEY",
             help="environment variable holding the key (keys never go on the command line)",
         )
-        s.add_argument(f"--{seat}-temperature", type=float, default=0.0, help="sampling temperature (default 0)")
-    s.add_argument("--max-tokens", type=int, default=1024, help="per-turn token cap of model replies")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds per model request")
-    s.add_argument("--retries", type=int, default=3, help="retries of a failed model request")
+        s.add_argument(
+            f"--{seat}-temperature", type=_float(lo=0.0), default=0.0, help="sampling temperature (default 0)"
+        )
+    s.add_argument("--max-tokens", type=_int(1), default=1024, help="per-turn token cap of model replies")
+    s.add_argument("--timeout", type=_float(positive=True), default=120.0, help="seconds per model request")
+    s.add_argument("--retries", type=_int(0), default=3, help="retries of a failed model request")
     s.add_argument("--strip-reasoning", action="store_true", help="drop the agent's reasoning from its history")
-    s.add_argument("--cache", help="user-simulator response cache file (default: ~/.cache/tau_env/responses.sqlite)")
+    s.add_argument(
+        "--cache", type=_path, help="user-simulator response cache file (default: ~/.cache/tau_env/responses.sqlite)"
+    )
     s.add_argument("--no-cache", action="store_true", help="do not cache user-simulator replies")
-    s.add_argument("--concurrency", type=int, default=1, help="episodes in flight (asyncio)")
+    s.add_argument("--concurrency", type=_int(1), default=1, help="episodes in flight (asyncio)")
     s.add_argument("--backend", choices=("local", "ray"), default="local", help="where episodes run")
     s.add_argument("--restart", action="store_true", help="ignore finished episodes in --out and start over")
-    s.add_argument("--trials", type=int, default=1, help="trials per task (default: 1)")
-    s.add_argument("--task", action="append", help="run only this task (repeatable)")
-    s.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
-    s.add_argument("--max-steps", type=int, help="step budget per episode")
-    s.add_argument("--retrieval", help="knowledge-tool configuration, e.g. bm25, grep, bm25+grep, none")
-    s.add_argument("--out", type=Path, help="results folder (default: runs/<domain>-<agent>-<time>)")
-    s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
+    s.add_argument(
+        "--trials", type=_int(1, MAX_TRIALS), default=1, help=f"trials per task, 1 to {MAX_TRIALS} (default: 1)"
+    )
+    s.add_argument("--task", **tasks, help="run only this task (repeatable)")
+    s.add_argument("--seed", type=_int(-(2**63), 2**63 - 1), default=0, help="base seed (default: 0)")
+    s.add_argument("--max-steps", type=_int(1), help="step budget per episode")
+    s.add_argument("--retrieval", type=_name, help="knowledge-tool configuration, e.g. bm25, grep, bm25+grep, none")
+    s.add_argument("--out", type=_path, help="results folder (default: runs/<domain>-<agent>-<time>)")
+    s.add_argument("--data-dir", **data_dir)
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("replay", help="replay tasks' reference actions: outputs and final database")
-    s.add_argument("domain", help="environment id, e.g. tau3-banking")
-    s.add_argument("--task", required=True, help="a task id, or 'all' (one line per task)")
+    s.add_argument("domain", type=_name, help="environment id, e.g. tau3-banking")
+    s.add_argument("--task", required=True, type=_name, help="a task id, or 'all' (one line per task)")
     s.add_argument(
         "--json",
         action="store_true",
         help='print {"task_id", "actions": [{"name", "requestor", "output", "error"}], "final_db"}',
     )
-    s.add_argument("--data-dir", help="data folder, for domains loaded from a path")
+    s.add_argument("--data-dir", **data_dir)
     s.set_defaults(fn=cmd_replay)
 
     s = sub.add_parser("export-sft", help="turn successful episodes into chat-format SFT data")
-    s.add_argument("run", help="a results folder or a trajectories.jsonl file")
-    s.add_argument("--jsonl", help="write JSONL here")
-    s.add_argument("--parquet", help="write parquet here (needs pyarrow)")
-    s.add_argument("--min-reward", type=float, default=1.0, help="keep episodes with at least this reward")
+    s.add_argument("run", type=_path, help="a results folder or a trajectories.jsonl file")
+    s.add_argument("--jsonl", type=_path, help="write JSONL here")
+    s.add_argument("--parquet", type=_path, help="write parquet here (needs pyarrow)")
+    s.add_argument("--min-reward", type=_float(), default=1.0, help="keep episodes with at least this reward")
     s.add_argument(
         "--greeting-turns",
-        type=int,
+        type=_int(0),
         default=1,
         help="leading assistant messages that are the env's greeting, not trained on (default 1)",
     )
     s.set_defaults(fn=cmd_export_sft)
 
     s = sub.add_parser("show", help="print trajectories readably")
-    s.add_argument("path", help="a results folder or a trajectories.jsonl file")
-    s.add_argument("--task", action="append", help="only this task (repeatable)")
+    s.add_argument("path", type=_path, help="a results folder or a trajectories.jsonl file")
+    s.add_argument("--task", **tasks, help="only this task (repeatable)")
     s.add_argument("--failed", action="store_true", help="only episodes with reward < 1")
-    s.add_argument("--limit", type=int, help="at most this many episodes")
-    s.add_argument("--width", type=int, default=600, help="truncate long texts to this many characters")
+    s.add_argument("--limit", type=_int(1), help="at most this many episodes")
+    s.add_argument(
+        "--width", type=_int(1), default=600, help="truncate long texts to this many characters (default 600)"
+    )
     s.set_defaults(fn=cmd_show)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from tau_env.error import Error
+def _os_error(e: OSError) -> str | None:
+    """One line for an OSError about the user's files or machine; None for any other (a bug: it propagates)."""
+    if e.filename is None and e.errno not in _USER_ERRNOS:
+        return None
+    where = "".join(f"{name}: " for name in (e.filename, e.filename2) if name is not None)
+    return f"{where}{e.strerror or e}"
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``tau-env`` command line; returns the exit status (argparse exits itself on bad flags)."""
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets an escape, not a crash
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except Error as e:
-        print(f"tau-env: {e}", file=sys.stderr)
+        _err(str(e))
         return 2
     except BrokenPipeError:  # the reader (e.g. `head`) stopped early: not an error of ours
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        line = _os_error(e)
+        if line is None:
+            raise
+        _err(line)
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,37 +8,83 @@ per message, true for the agent's own turns (the env's fixed greeting excluded).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tau_env.error import DependencyNotInstalled
+from tau_env.error import DependencyNotInstalled, ResultsFolderError
+from tau_env.show import escape
 
 EXCLUDED_ENDINGS = frozenset({"loop", "max_steps", "infrastructure_error"})
 
 
-def read_episodes(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Episodes of a ``trajectories.jsonl`` (or a results folder holding one); a torn line is skipped."""
+#: What a record needs to be read as an episode: field -> accepted JSON types.
+REQUIRED_FIELDS: dict[str, tuple[type, ...]] = {
+    "task_id": (str,),
+    "trial": (int,),
+    "reward": (int, float),
+    "termination_reason": (str, type(None)),
+    "events": (list,),
+}
+
+
+def record_problem(record: Any) -> str | None:
+    """Why ``record`` (one parsed line of ``trajectories.jsonl``) is not an episode, or None if it is."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an episode object"
+    for name, types in REQUIRED_FIELDS.items():
+        if name not in record:
+            return f"the episode has no {name!r}"
+        value = record[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            expected = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"{name!r} is a {type(value).__name__}, expected {expected}"
+    return None
+
+
+def read_episodes(path: str | Path, on_skip: Callable[[int, str], None] | None = None) -> Iterator[dict[str, Any]]:
+    """Episodes of a ``trajectories.jsonl`` (or a results folder holding one).
+
+    A line that is not an episode (a torn write, invalid UTF-8 or JSON, a record without the
+    fields of :data:`REQUIRED_FIELDS`) is skipped; ``on_skip(line_number, reason)`` hears of it.
+    """
     p = Path(path)
     if p.is_dir():
         p = p / "trajectories.jsonl"
-    with p.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
+    if not p.is_file():
+        raise ResultsFolderError(
+            f"No trajectories at {p}: expected a results folder holding trajectories.jsonl, or such a file."
+        )
+    with p.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                problem = "not valid UTF-8"
+            except ValueError:  # JSONDecodeError, or an integer too long to convert
+                problem = "not valid JSON"
+            except RecursionError:
+                problem = "JSON nested too deeply"
+            else:
+                problem = record_problem(record)
+            if problem is None:
+                yield record
+            elif on_skip is not None:
+                on_skip(n, problem)
 
 
 def to_example(episode: dict[str, Any], greeting_turns: int = 1) -> dict[str, Any]:
     """One SFT example from one episode record."""
-    view = episode.get("agent_view") or {}
-    messages = view.get("messages") or []
-    if not messages:
-        raise ValueError(
-            f"episode {episode.get('task_id')}/{episode.get('trial')} has no agent_view; "
-            "it was recorded by an older tau_env."
+    view = episode.get("agent_view")
+    messages = view.get("messages") if isinstance(view, dict) else None
+    if not messages or not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ResultsFolderError(
+            f"Episode {episode.get('task_id')!r} trial {episode.get('trial')!r} has no agent_view with a list of "
+            "messages: it was recorded by an older tau_env or altered; run the evaluation again to export it."
         )
+    tools = view.get("tools") or []
     train, seen = [], 0
     for m in messages:
         own = m.get("role") == "assistant"
@@ -50,7 +96,7 @@ def to_example(episode: dict[str, Any], greeting_turns: int = 1) -> dict[str, An
         "trial": episode["trial"],
         "reward": episode["reward"],
         "messages": messages,
-        "tools": view.get("tools") or [],
+        "tools": tools,
         "train": train,
     }
 
@@ -62,19 +108,30 @@ def select(episodes: Iterable[dict[str, Any]], min_reward: float = 1.0) -> Itera
             yield ep
 
 
+def _dumps(value: Any) -> str:
+    r"""JSON text that UTF-8 can encode: lone surrogates (and terminal controls) become ``\uXXXX`` escapes."""
+    return escape(json.dumps(value, ensure_ascii=False), as_json=True)
+
+
 def export(
     source: str | Path,
     jsonl: str | Path | None = None,
     parquet: str | Path | None = None,
     min_reward: float = 1.0,
     greeting_turns: int = 1,
+    on_skip: Callable[[int, str], None] | None = None,
 ) -> int:
-    """Write the SFT examples of ``source`` as JSONL and/or parquet; returns how many were written."""
-    examples = [to_example(ep, greeting_turns) for ep in select(read_episodes(source), min_reward)]
+    """Write the SFT examples of ``source`` as JSONL and/or parquet; returns how many were written.
+
+    Lines of ``source`` that are not episodes are skipped (``on_skip`` as in :func:`read_episodes`).
+    Text the model wrote is kept exactly; characters UTF-8 cannot hold (lone surrogates) are
+    written as JSON escapes.
+    """
+    examples = [to_example(ep, greeting_turns) for ep in select(read_episodes(source, on_skip), min_reward)]
     if jsonl is not None:
         with open(jsonl, "w", encoding="utf-8") as f:
             for ex in examples:
-                f.write(json.dumps(ex, ensure_ascii=False) + "\n")
+                f.write(_dumps(ex) + "\n")
     if parquet is not None:
         try:
             import pyarrow as pa
@@ -84,8 +141,9 @@ def export(
         rows = [
             {
                 **ex,
-                "messages": json.dumps(ex["messages"], ensure_ascii=False),
-                "tools": json.dumps(ex["tools"], ensure_ascii=False),
+                "task_id": ex["task_id"].encode("utf-8", "backslashreplace").decode("utf-8"),
+                "messages": _dumps(ex["messages"]),
+                "tools": _dumps(ex["tools"]),
             }
             for ex in examples
         ]

@@ -67,11 +67,34 @@ def test_eval_with_model_servers_and_export_sft(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MY_KEY", "secret-value")
     out = tmp_path / "run"
     with FakeOpenAI(script) as server:
-        args = ["eval", "--domain", "harbor-bank-v0", "--agent-model", "m-agent", "--agent-base-url", server.url,
-                "--agent-api-key-env", "MY_KEY", "--user-model", "m-user", "--user-base-url", server.url,
-                "--trials", "2", "--concurrency", "8", "--task", "lost_card_standard_shipping",
-                "--task", "travel_notice_simple", "--cache", str(tmp_path / "cache.sqlite"), "--out", str(out),
-                "--quiet"]
+        args = [
+            "eval",
+            "--domain",
+            "harbor-bank-v0",
+            "--agent-model",
+            "m-agent",
+            "--agent-base-url",
+            server.url,
+            "--agent-api-key-env",
+            "MY_KEY",
+            "--user-model",
+            "m-user",
+            "--user-base-url",
+            server.url,
+            "--trials",
+            "2",
+            "--concurrency",
+            "8",
+            "--task",
+            "lost_card_standard_shipping",
+            "--task",
+            "travel_notice_simple",
+            "--cache",
+            str(tmp_path / "cache.sqlite"),
+            "--out",
+            str(out),
+            "--quiet",
+        ]
         assert main(args) == 0
     printed = capsys.readouterr().out
     assert "pass^2" in printed and "mean tokens" in printed
@@ -104,10 +127,354 @@ def test_export_sft_parquet(tmp_path):
 
     pq = pytest.importorskip("pyarrow.parquet")
     assert main(["eval", "--quiet", "--out", str(tmp_path / "run"), "--task", "wire_preferred"]) == 0
-    assert main(["export-sft", str(tmp_path / "run"), "--parquet", str(tmp_path / "sft.parquet"),
-                 "--jsonl", str(tmp_path / "sft.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "export-sft",
+                str(tmp_path / "run"),
+                "--parquet",
+                str(tmp_path / "sft.parquet"),
+                "--jsonl",
+                str(tmp_path / "sft.jsonl"),
+            ]
+        )
+        == 0
+    )
     table = pq.read_table(tmp_path / "sft.parquet")
     rows = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert table.num_rows == len(rows) > 0
     first = table.to_pylist()[0]
     assert json.loads(first["messages"]) == rows[0]["messages"] and first["train"] == rows[0]["train"]
+
+
+# -- user errors: one line on stderr, "tau-env: ...", exit status 2, never a traceback ------------------
+
+import errno  # noqa: E402
+import re  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tau_env import cli  # noqa: E402
+
+TASK = "wire_preferred"
+
+
+def _fails(capsys, argv, pattern):
+    """``main(argv)`` is a user error: status 2 and exactly one stderr line matching ``pattern``."""
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse rejects a flag itself
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2, (code, err)
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert re.match(r"^tau-env: " + pattern, lines[0]), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--trials", "0"),
+        ("--trials", "-1"),
+        ("--trials", "nan"),
+        ("--trials", "1.5"),
+        ("--trials", "10001"),
+        ("--concurrency", "0"),
+        ("--concurrency", "-3"),
+        ("--max-steps", "0"),
+        ("--max-steps", "-1"),
+        ("--max-tokens", "0"),
+        ("--retries", "-1"),
+        ("--seed", "x"),
+        ("--seed", str(2**64)),
+        ("--timeout", "0"),
+        ("--timeout", "-1"),
+        ("--timeout", "nan"),
+        ("--timeout", "inf"),
+        ("--agent-temperature", "nan"),
+        ("--user-temperature", "-0.5"),
+        ("--agent-temperature", "inf"),
+        ("--agent-model", ""),
+        ("--user-model", "m\x1b[2J"),
+        ("--out", ""),
+        ("--retrieval", ""),
+        ("--task", ""),
+        ("--agent", "gpt"),
+        ("--backend", "slurm"),
+    ],
+)
+def test_eval_rejects_bad_flag_values(capsys, tmp_path, flag, value):
+    line = _fails(capsys, ["eval", "--out", str(tmp_path / "r"), "--task", TASK, flag, value], f"argument {flag}: ")
+    assert "\x1b" not in line and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "DIR", "--width", "0"],
+        ["show", "DIR", "--width", "-5"],
+        ["show", "DIR", "--limit", "0"],
+        ["export-sft", "DIR", "--jsonl", "x", "--min-reward", "nan"],
+        ["export-sft", "DIR", "--jsonl", "x", "--greeting-turns", "-1"],
+        ["check", ""],
+        ["replay", "harbor-bank-v0"],
+    ],
+)
+def test_other_commands_reject_bad_flag_values(capsys, tmp_path, argv):
+    _fails(capsys, [str(tmp_path) if a == "DIR" else a for a in argv], "")
+
+
+def test_unknown_flags_and_commands(capsys):
+    _fails(capsys, ["eval", "--bogus"], "unrecognized arguments: --bogus")
+    _fails(capsys, ["frobnicate"], "argument command: invalid choice")
+    _fails(capsys, [], "the following arguments are required: command")
+
+
+def test_max_steps_is_passed_through(tmp_path):
+    out = tmp_path / "r"
+    assert main(["eval", "--quiet", "--out", str(out), "--task", TASK, "--max-steps", "1"]) == 0
+    assert json.loads((out / "config.json").read_text())["max_steps"] == 1
+    assert json.loads((out / "trajectories.jsonl").read_text())["termination_reason"] == "max_steps"
+
+
+def test_out_folder_that_cannot_be_used(capsys, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    _fails(
+        capsys,
+        ["eval", "--out", str(tmp_path / "file"), "--task", TASK],
+        r"--out \S+: \S+ is a file, not a folder; pass another path\.$",
+    )
+    _fails(capsys, ["eval", "--out", str(tmp_path / "file" / "sub"), "--task", TASK], r".* is a file, not a folder")
+    monkeypatch.setattr(cli.os, "access", lambda *a: False)  # a read-only file system (root ignores modes)
+    _fails(capsys, ["eval", "--out", str(tmp_path / "ro"), "--task", TASK], r".* is not writable")
+    assert (tmp_path / "file").read_text() == "x" and not (tmp_path / "ro").exists()
+
+
+def test_os_errors_about_user_paths_are_one_line(capsys, monkeypatch, tmp_path):
+    def read_only(args):
+        raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "r"))
+
+    monkeypatch.setattr(cli, "cmd_list", read_only)
+    _fails(capsys, ["list"], re.escape(f"{tmp_path / 'r'}: Read-only file system") + "$")
+
+    def disk_full(args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "cmd_list", disk_full)
+    _fails(capsys, ["list"], "No space left on device$")
+
+
+def test_bugs_still_show_a_traceback(monkeypatch):
+    def bug(args):
+        return {}["missing"]
+
+    monkeypatch.setattr(cli, "cmd_list", bug)
+    with pytest.raises(KeyError):
+        main(["list"])
+
+    def socket_bug(args):  # an OSError about no user path is not a user error either
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(cli, "cmd_list", socket_bug)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        main(["list"])
+
+
+def test_interrupt_exits_130(capsys, monkeypatch):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_list", interrupted)
+    assert main(["list"]) == 130
+    assert capsys.readouterr().err == "tau-env: interrupted\n"
+
+
+def test_library_errors_become_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("TAU3_BANKING_DATA", raising=False)
+    out = str(tmp_path / "r")
+    _fails(capsys, ["eval", "--out", out, "--task", "nope"], r"Domain 'harbor-bank' has no task 'nope'")
+    _fails(capsys, ["check", "harbor-bank-v0", "--task", "nope"], r"Domain 'harbor-bank' has no task 'nope'")
+    _fails(capsys, ["replay", "harbor-bank-v0", "--task", "nope"], r"Domain 'harbor-bank' has no task 'nope'")
+    _fails(capsys, ["eval", "no-such-env", "--out", out], r"No environment 'no-such-env'")
+    _fails(capsys, ["eval", "--out", out, "--task", TASK, "--retrieval", "bogus"], r".*'bogus'")
+    _fails(capsys, ["eval", "a-v0", "--domain", "b-v0"], r"Two domains given")
+    _fails(capsys, ["eval", "--agent-base-url", "http://x", "--out", out], r"--agent-base-url needs --agent-model")
+    for command in (["check", "tau3-banking"], ["replay", "tau3-banking", "--task", "all"]):
+        _fails(capsys, command, r"tau3-banking needs the benchmark's data")
+    _fails(capsys, ["check", "tau3-banking", "--data-dir", str(tmp_path / "nowhere")], r"--data-dir .* is not a folder")
+    _fails(
+        capsys, ["eval", "--data-dir", str(tmp_path), "--out", out], r"harbor-bank-v0 is not loaded from a data folder"
+    )
+    (tmp_path / "file").write_text("x")
+    _fails(capsys, ["replay", "tau3-banking", "--task", "all", "--data-dir", str(tmp_path / "file")], r"--data-dir")
+    _fails(capsys, ["check", "tau3-banking", "--data-dir", str(tmp_path)], r".*tau3-banking data folder")
+    assert not (tmp_path / "r").exists()
+
+
+def test_export_sft_and_show_path_errors(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert main(["eval", "--quiet", "--out", str(run), "--task", TASK]) == 0
+    capsys.readouterr()
+    (tmp_path / "file").write_text("x")
+    _fails(capsys, ["export-sft", str(tmp_path / "missing"), "--jsonl", str(tmp_path / "o")], r"No trajectories at ")
+    _fails(capsys, ["export-sft", str(tmp_path), "--jsonl", str(tmp_path / "o")], r"No trajectories at ")
+    _fails(capsys, ["export-sft", str(run), "--jsonl", str(tmp_path)], r".* is a folder; pass a file path")
+    _fails(capsys, ["export-sft", str(run), "--parquet", str(tmp_path / "file" / "x")], r".* is a file, not a folder")
+    _fails(capsys, ["export-sft", str(run)], r"export-sft needs an output")
+    traj = run / "trajectories.jsonl"
+    before = traj.read_bytes()
+    _fails(capsys, ["export-sft", str(run), "--jsonl", str(traj)], r".* is the trajectory file being read")
+    assert traj.read_bytes() == before
+    _fails(capsys, ["show", str(tmp_path / "missing")], r"No trajectories at ")
+    _fails(capsys, ["show", str(tmp_path)], r"No trajectories at .*trajectories\.jsonl")
+    _fails(
+        capsys,
+        ["eval", "--user-model", "m", "--cache", str(tmp_path), "--out", str(tmp_path / "r2")],
+        r"--cache .* is a folder",
+    )
+    assert not (tmp_path / "o").exists()
+
+
+# -- terminal output: model text and data are escaped ------------------------------------------------------
+
+HOSTILE = "title\x1b]0;pwned\x07 clear\x1b[2J csi\x9b2J del\x7f bidi\u202eevil\u2066 lone\ud83d cr\r"
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _hostile_record():
+    call = {"id": "c1", "type": "function", "function": {"name": "do\x1b[2J", "arguments": json.dumps({"x": HOSTILE})}}
+    return {
+        "task_id": "t\x1b[31m",
+        "trial": 0,
+        "seed": 1,
+        "reward": 0.0,
+        "termination_reason": "user_stop\x9b",
+        "steps": 2,
+        "grade": {"db_match": False, "diff": {"accounts\u202e": [HOSTILE]}},
+        "events": [
+            {"step": 1, "seat": "user", "message": {"role": "assistant", "content": HOSTILE}},
+            {
+                "step": 2,
+                "seat": "agent",
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "tool_results": [{"tool_call_id": "c1", "content": HOSTILE, "error": True}],
+            },
+        ],
+    }
+
+
+def test_show_escapes_model_text(capsys, tmp_path):
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text(json.dumps(_hostile_record()) + "\n")  # ensure_ascii: the lone surrogate as "\ud83d"
+    assert main(["show", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert not UNSAFE.search(out + err)
+    assert "\\x1b]0;pwned\\x07" in out and "\\x1b[2J" in out and "\\x9b2J" in out and "\\x7f" in out
+    assert "\\u202eevil\\u2066" in out and "lone\\ud83d" in out and "cr\\r" in out and "t\\x1b[31m" in out
+    assert "database differs" in out and "\n" in out  # newlines stay
+
+
+def test_transcript_is_escaped():
+    import tau_env
+
+    env = tau_env.make("harbor-bank-v0")
+    env.reset(seed=0, options={"task_id": TASK})
+    env.step({"role": "assistant", "content": HOSTILE})
+    text = env.transcript()
+    env.close()
+    assert not UNSAFE.search(text) and "\\x1b]0;pwned" in text
+
+
+def test_show_skips_records_that_are_not_episodes(capsys, tmp_path):
+    path = tmp_path / "trajectories.jsonl"
+    good = json.dumps(_hostile_record())
+    bad = [
+        b"1",
+        b"{}",
+        b"[]",
+        b'"x"',
+        b"null",
+        b'{"task_id": 5}',
+        b"\xff\xfe{}",
+        b"[" * 100_000,
+        b"9" * 5000,
+        json.dumps({**_hostile_record(), "reward": "1"}).encode(),
+        json.dumps({**_hostile_record(), "events": {}}).encode(),
+        json.dumps({**_hostile_record(), "events": [1, {"message": 5}, {"seat": [], "tool_results": 3}]}).encode(),
+        b'{"task_id": "a", "trial": 0, "reward": true, "termination_reason": null, "events": []}',
+        b"{torn",
+    ]
+    path.write_bytes(b"\n".join([*bad, good.encode(), b""]))
+    assert main(["show", str(path), "--width", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("== task") == 2  # the good record and the one whose events are garbage
+    notes = err.splitlines()
+    assert len(notes) == len(bad) - 1 and all(re.match(r"^\(.*: line \d+ is .*; skipped\)$", n) for n in notes)
+    assert "line 1 is a JSON int, not an episode object" in notes[0] and "not valid UTF-8" in err
+    assert "'reward' is a str, expected int or float" in err and "'reward' is a bool" in err
+    assert "JSON nested too deeply" in err and "not valid JSON" in err
+
+
+def test_check_and_replay_output_is_escaped(capsys, monkeypatch):
+    import tau_env.checker
+
+    monkeypatch.setattr(tau_env.checker, "domain_problems", lambda *a, **k: {"t\x1b[2J": ["bad \x9b \u202e"]})
+    assert main(["check", "harbor-bank-v0", "--task", TASK]) == 1
+    out, err = capsys.readouterr()
+    assert not UNSAFE.search(out + err) and "t\\x1b[2J:" in out and "bad \\x9b \\u202e" in out
+
+    from tau_env.domain import Domain
+
+    real = Domain.replay_record
+
+    def hostile(self, task):
+        rec = real(self, task)
+        rec["actions"][0]["output"] = HOSTILE
+        return rec
+
+    monkeypatch.setattr(Domain, "replay_record", hostile)
+    assert main(["replay", "harbor-bank-v0", "--task", TASK]) == 0
+    out = capsys.readouterr().out
+    assert not UNSAFE.search(out) and "\\x1b]0;pwned" in out
+    assert main(["replay", "harbor-bank-v0", "--task", TASK, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert not UNSAFE.search(out) and json.loads(out)["actions"][0]["output"] == HOSTILE
+
+
+def test_export_sft_keeps_text_and_skips_bad_records(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert main(["eval", "--quiet", "--out", str(run), "--task", TASK]) == 0
+    traj = run / "trajectories.jsonl"
+    rec = json.loads(traj.read_text())
+    rec["agent_view"]["messages"][-1]["content"] = HOSTILE
+    traj.write_text(json.dumps(rec) + "\n1\n{}\n\xff\n")
+    capsys.readouterr()
+    assert main(["export-sft", str(run), "--jsonl", str(tmp_path / "sft.jsonl")]) == 0
+    out, err = capsys.readouterr()
+    assert "wrote 1 examples" in out and len(err.splitlines()) == 3
+    ex = json.loads((tmp_path / "sft.jsonl").read_text(encoding="utf-8"))
+    assert ex["messages"][-1]["content"] == HOSTILE
+    del rec["agent_view"]
+    traj.write_text(json.dumps(rec) + "\n")
+    _fails(capsys, ["export-sft", str(run), "--jsonl", str(tmp_path / "sft.jsonl")], r"Episode .* has no agent_view")
+
+
+def test_a_terminal_that_cannot_encode_gets_escapes(tmp_path):
+    import os
+
+    path = tmp_path / "t.jsonl"
+    record = {**_hostile_record(), "task_id": "héllo €"}
+    path.write_text(json.dumps(record) + "\n")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    r = subprocess.run(
+        [sys.executable, "-m", "tau_env.cli", "show", str(path)], capture_output=True, env=env, timeout=60
+    )
+    assert r.returncode == 0 and b"Traceback" not in r.stderr
+    assert b"== task h\\xe9llo \\u20ac" in r.stdout and b"\x1b" not in r.stdout
+    r = subprocess.run([sys.executable, "-m", "tau_env.cli", "eval", "--trials", "0"], capture_output=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == b""
+    assert r.stderr.decode().splitlines() == [
+        "tau-env: argument --trials: expected an integer from 1 to 10000, got '0' (see: tau-env eval --help)"
+    ]
