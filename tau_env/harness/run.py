@@ -191,7 +191,13 @@ class _Run:
         done = {(r.task_id, r.trial) for r in writer.previous}
         todo = [p for p in plan if (p[0], p[1]) not in done]
         order = {(t, k): i for i, (t, k, _) in enumerate(plan)}
-        return cls(make_env, first, todo, order, new_agent, new_user, writer, _bar(len(todo), progress))
+        try:
+            bar = _bar(len(todo), progress)
+        except BaseException:
+            writer.close()
+            first.close()
+            raise
+        return cls(make_env, first, todo, order, new_agent, new_user, writer, bar)
 
     def __enter__(self) -> _Run:
         return self
