@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import copy
+import hashlib
+import hmac
+import os
+import pickle
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +17,26 @@ from pettingzoo import AECEnv
 
 from tau_env.db import EpisodeDB
 from tau_env.domain import Domain
-from tau_env.error import EpisodeOverError
+from tau_env.error import (
+    ClosedEnvError,
+    EpisodeOverError,
+    Error,
+    InvalidOptionError,
+    NotPicklableError,
+    ResetNeeded,
+    SnapshotError,
+    UnknownTaskError,
+)
 from tau_env.grading import Grade
-from tau_env.messages import OUT_OF_SCOPE, TRANSFER, is_end_message, normalize_action, parse_tool_calls
+from tau_env.messages import (
+    OUT_OF_SCOPE,
+    TRANSFER,
+    ParsedCall,
+    clip,
+    is_end_message,
+    normalize_action,
+    parse_tool_calls,
+)
 from tau_env.spaces import MessageSpace, observation_space
 from tau_env.tasks import Task
 from tau_env.tools import ToolResult
@@ -24,14 +45,72 @@ AGENT = "agent"
 USER = "user"
 SEATS = (AGENT, USER)
 _OTHER = {AGENT: USER, USER: AGENT}
+#: Keys snapshots with this process's envs: a snapshot restores only in the process that took it.
+_SNAPSHOT_KEY = os.urandom(32)
+
+
+class _ResetNeededAttribute(ResetNeeded, AttributeError):
+    """An episode attribute read before ``reset()`` (an AttributeError too, so ``hasattr`` still works)."""
+
+
+class _ClosedAttribute(ClosedEnvError, AttributeError):
+    """An episode attribute read on an env closed before any episode."""
+
+
+class _EpisodeAttribute:
+    """Class-level stand-in for an attribute that ``reset()`` sets on the instance.
+
+    A non-data descriptor: once the instance has the attribute, reading it costs nothing extra
+    (unlike ``__getattr__``, which slows every attribute access of the class).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        if obj.__dict__.get("_closed", False):
+            raise _ClosedAttribute(f"This env was closed before any episode; env.{self.name} does not exist.")
+        raise _ResetNeededAttribute(f"Call reset() before reading env.{self.name}.")
+
+
+def _is_int(x: Any) -> bool:
+    return type(x) is int or (isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)))
+
+
+def _iterable(x: Any) -> list[Any]:
+    try:
+        return list(x)
+    except TypeError:
+        return [None]  # not iterable: fails the element check
+
+
+def _shown(x: Any) -> str:
+    """A caller's value in an error message: its repr, clipped (never raising, whatever the value)."""
+    try:
+        return clip(repr(x), 100)
+    except Exception:
+        return f"<{type(x).__name__}>"
 
 
 @dataclass(frozen=True)
 class EpisodeSnapshot:
-    """A frozen copy of a live episode; ``TauEnv.restore`` resumes from it (any number of times)."""
+    """A frozen copy of a live episode; ``TauEnv.restore`` resumes from it (any number of times).
 
+    Immutable: the database image and the episode state are bytes, and ``seal`` (a keyed digest
+    over both and the env's domain, schema and tools) lets ``restore`` refuse a snapshot that was
+    altered, forged, or taken by an env of another domain or configuration.
+    """
+
+    task_id: str
+    num_steps: int
     image: bytes
-    state: dict[str, Any]
+    state: bytes
+    seal: bytes
+
+    def __repr__(self) -> str:
+        return f"EpisodeSnapshot(task_id={self.task_id!r}, num_steps={self.num_steps}, {len(self.image)} bytes)"
 
 
 class TauEnv(AECEnv):
@@ -59,6 +138,21 @@ class TauEnv(AECEnv):
     ``###OUT-OF-SCOPE###``) or the agent's transfer tool succeeds (terminated), or after
     ``max_steps`` calls of ``step`` (truncated).
 
+    Misuse raises a named :mod:`tau_env.error` exception, never a model's mistake (those become
+    observations). Before the first ``reset()`` every episode method (``step``, ``last``,
+    ``observe``, ``agent_iter``, ``grade``, ``snapshot``, ``db_digest``, ``transcript``,
+    ``render``, ...) and episode attribute raises :class:`~tau_env.error.ResetNeeded`; after
+    ``close()`` (which may be called again) every method raises
+    :class:`~tau_env.error.ClosedEnvError`; stepping a finished episode other than with
+    ``step(None)`` for a seat still present raises :class:`~tau_env.error.EpisodeOverError`.
+
+    Copying: ``copy.deepcopy(env)`` is ``env.fork()`` (a new env, same domain object and settings,
+    same episode state; an env without an episode copies as a fresh one). Pickling (and
+    ``copy.copy``) raises :class:`~tau_env.error.NotPicklableError`: the episode lives in an
+    in-memory SQLite database of this process; another process builds its own env with
+    ``tau_env.make(id, **settings)``. Snapshots are picklable but restore only in the process
+    that took them.
+
     Args:
         domain: The domain to play.
         max_steps: Step budget of an episode (both seats' steps count).
@@ -81,63 +175,149 @@ class TauEnv(AECEnv):
         render_mode: str | None = None,
     ):
         super().__init__()
+        self._closed = False
+        self._started = False
+        if not isinstance(domain, Domain):
+            raise InvalidOptionError(
+                f"TauEnv needs a tau_env.Domain, got {type(domain).__name__}; "
+                "use tau_env.make(id) for a registered one."
+            )
         self.domain = domain
-        self.max_steps = int(max_steps if max_steps is not None else domain.max_steps)
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}.")
+        self.max_steps = domain.max_steps if max_steps is None else max_steps
+        if not _is_int(self.max_steps) or self.max_steps < 1:
+            raise InvalidOptionError(f"max_steps must be an integer of at least 1, got {_shown(self.max_steps)}.")
+        self.max_steps = int(self.max_steps)
+        if retrieval is not None and not isinstance(retrieval, str):
+            raise InvalidOptionError(f"retrieval must be a configuration name (str), got {_shown(retrieval)}.")
         self.retrieval = retrieval or domain.retrieval
-        self.toolbox = domain.toolbox(self.retrieval)
-        self.system_prompt = domain.system_prompt(self.retrieval)
+        try:
+            self.toolbox = domain.toolbox(self.retrieval)
+            self.system_prompt = domain.system_prompt(self.retrieval)
+        except Error:
+            raise
+        except ValueError as e:  # a domain's own "unknown configuration" check
+            raise InvalidOptionError(str(e)) from e
         self._prompt_is_static = not getattr(domain, "prompt_depends_on_task", False)
-        self.task_pool = [domain.task(t).id for t in task_ids] if task_ids else [t.id for t in domain.tasks]
+        if task_ids is None:
+            self.task_pool = [t.id for t in domain.tasks]
+        elif isinstance(task_ids, (str, bytes)) or not all(isinstance(t, str) for t in _iterable(task_ids)):
+            raise InvalidOptionError(f"task_ids must be a list of task id strings, got {_shown(task_ids)}.")
+        else:
+            self.task_pool = [self._task(t).id for t in task_ids]
         if not self.task_pool:
-            raise ValueError(f"Domain {domain.name!r} has no tasks to play.")
+            raise InvalidOptionError(
+                f"Domain {domain.name!r}: no tasks to play (task_ids={task_ids!r}); pass None for all tasks."
+            )
+        if not isinstance(strict_tools, bool):
+            raise InvalidOptionError(f"strict_tools must be True or False, got {_shown(strict_tools)}.")
         self.strict_tools = strict_tools
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}.")
+            raise InvalidOptionError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got {_shown(render_mode)}."
+            )
         self.render_mode = render_mode
         self.possible_agents = list(SEATS)
         self.observation_spaces = {s: observation_space(s) for s in SEATS}
         self.action_spaces = {s: MessageSpace() for s in SEATS}
         self._rng = np.random.default_rng(0)
+        # PettingZoo's per-seat state: empty until reset() (no seat is live).
+        self.agents: list[str] = []
+        self.rewards: dict[str, float] = {}
+        self._cumulative_rewards: dict[str, float] = {}
+        self.terminations: dict[str, bool] = {}
+        self.truncations: dict[str, bool] = {}
         self._db = EpisodeDB(domain.schema)
         self._schema_cache: dict[frozenset[str], list[dict[str, Any]]] = {}
-        self._closed = False
-        self._started = False
+        # What a snapshot must have been taken on to restore here: domain, schema and tools.
+        tag = "\0".join([domain.name, domain.schema.ddl, *self.toolbox.tools])
+        self._snapshot_tag = hashlib.sha256(tag.encode("utf-8", "surrogatepass")).digest()
+
+    # --- misuse ---------------------------------------------------------------------------
+    def _not_live(self, method: str) -> None:
+        """Raise the error for ``method`` called without a live episode (closed, or before reset)."""
+        if self._closed:
+            raise ClosedEnvError(
+                f"This env is closed; {method}() cannot run. Create a new one (tau_env.make(...) or TauEnv(domain))."
+            )
+        raise ResetNeeded(f"Call reset() before {method}().")
+
+    def _seat(self, agent: Any) -> str:
+        if agent not in _OTHER:
+            raise InvalidOptionError(f"Unknown seat {_shown(agent)}; the seats are {list(SEATS)}.")
+        return agent
 
     # --- PettingZoo API ----------------------------------------------------------------
     def observation_space(self, agent: str) -> spaces.Space:
-        return self.observation_spaces[agent]
+        if self._closed:
+            self._not_live("observation_space")
+        return self.observation_spaces[self._seat(agent)]
 
     def action_space(self, agent: str) -> spaces.Space:
-        return self.action_spaces[agent]
+        if self._closed:
+            self._not_live("action_space")
+        return self.action_spaces[self._seat(agent)]
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Start an episode.
 
         Args:
-            seed: Seeds the task choice (without ``options``) and the action spaces' sampling.
-            options: ``{"task_id": str}`` or ``{"task_index": int}`` selects a task; otherwise
-                one is drawn from the task pool with the seeded generator (seed 0 by default).
+            seed: Seeds the task choice (without ``options``) and the action spaces' sampling; an
+                integer >= 0 (as in Gymnasium) or None.
+            options: ``{"task_id": str}`` or ``{"task_index": int}`` (0 <= index < number of the
+                domain's tasks) selects a task; otherwise one is drawn from the task pool with the
+                seeded generator (seed 0 by default). Other keys are ignored with a warning.
+
+        Raises:
+            InvalidOptionError: A bad seed or option (nothing changes).
+            UnknownTaskError: ``task_id`` is not a task of the domain (nothing changes).
         """
+        if self._closed:
+            self._not_live("reset")
+        if seed is not None and (not _is_int(seed) or seed < 0):
+            raise InvalidOptionError(f"seed must be an integer >= 0 or None, got {_shown(seed)}.")
+        task = None
+        if options is not None:
+            if not isinstance(options, Mapping):
+                raise InvalidOptionError(
+                    f"options must be a dict such as {{'task_id': 'T1'}} or None, got {_shown(options)}."
+                )
+            task = self._task_from_options(options)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
             for i, s in enumerate(SEATS):
                 self.action_spaces[s].seed(seed + i)
-        options = dict(options or {})
-        task_id = options.pop("task_id", None)
-        task_index = options.pop("task_index", None)
-        if options:
-            warnings.warn(
-                f"TauEnv.reset ignores unknown options {sorted(options)}; known: task_id, task_index.", stacklevel=2
-            )
-        if task_id is not None:
-            task = self.domain.task(task_id)
-        elif task_index is not None:
-            task = self.domain.tasks[int(task_index)]
-        else:
+        if task is None:
             task = self.domain.task(self.task_pool[int(self._rng.integers(len(self.task_pool)))])
         self._start(task)
+
+    def _task_from_options(self, options: Mapping[str, Any]) -> Task | None:
+        unknown = [k for k in options if k not in ("task_id", "task_index")]
+        if unknown:
+            warnings.warn(
+                f"TauEnv.reset ignores unknown options {[clip(str(k)) for k in unknown]}; known: task_id, task_index.",
+                stacklevel=3,
+            )
+        task_id, task_index = options.get("task_id"), options.get("task_index")
+        if task_id is not None and task_index is not None:
+            raise InvalidOptionError("Give reset() options task_id or task_index, not both.")
+        if task_id is not None:
+            if not isinstance(task_id, str):
+                raise InvalidOptionError(f"options['task_id'] must be a task id string, got {_shown(task_id)}.")
+            return self._task(task_id)
+        if task_index is not None:
+            n = len(self.domain.tasks)
+            if not _is_int(task_index) or not 0 <= task_index < n:
+                raise InvalidOptionError(
+                    f"options['task_index'] must be an integer from 0 to {n - 1} (the domain's tasks), "
+                    f"got {_shown(task_index)}; or pass {{'task_id': ...}}."
+                )
+            return self.domain.tasks[int(task_index)]
+        return None
+
+    def _task(self, task_id: str) -> Task:
+        if len(task_id) > 200:  # not a misspelt id: no suggestion search, no echo in full
+            raise UnknownTaskError(f"Domain {self.domain.name!r} has no task {clip(task_id)!r}.")
+        return self.domain.task(task_id)
 
     def _start(self, task: Task) -> None:
         self.task: Task = task
@@ -168,6 +348,8 @@ class TauEnv(AECEnv):
         self.truncations = {s: False for s in SEATS}
         self.infos = {s: {"task_id": task.id} for s in SEATS}
         self.agent_selection = USER
+        self._skip_agent_selection = None
+        self._call_ids: set[str] = set()  # tool-call ids used in this episode (each answered once)
         self._started = True
 
     def _prompt_for(self, task: Task) -> str:
@@ -175,7 +357,13 @@ class TauEnv(AECEnv):
         return self.system_prompt if self._prompt_is_static else self.domain.system_prompt(self.retrieval, task)
 
     def observe(self, agent: str) -> dict[str, Any]:
-        active = frozenset(self._ctx.active[agent])
+        if not self._started:
+            self._not_live("observe")
+        try:
+            active = frozenset(self._ctx.active[agent])
+        except (KeyError, TypeError):
+            self._seat(agent)
+            raise
         tools = self._schema_cache.get(active)
         if tools is None:
             tools = self._schema_cache[active] = self.toolbox.schemas(active)
@@ -184,12 +372,41 @@ class TauEnv(AECEnv):
             obs["scenario"] = self._scenario
         return obs
 
-    def step(self, action: Any) -> None:
-        """Play ``action`` (an assistant message) for the seat in ``agent_selection``."""
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Observation, cumulative reward, terminated, truncated and info of the seat to act."""
         if not self._started:
-            raise EpisodeOverError("Call reset() before step().")
+            self._not_live("last")
+        if not self.agents:
+            raise self._gone()
+        return super().last(observe)
+
+    def agent_iter(self, max_iter: int = 2**63) -> Any:
+        """Yield the seat to act until both have left the finished episode (``step`` each one)."""
+        if not self._started:
+            self._not_live("agent_iter")
+        return super().agent_iter(max_iter)
+
+    def _gone(self) -> EpisodeOverError:
+        return EpisodeOverError(
+            f"The episode is over ({self.termination_reason}) and both seats have left it; "
+            "call reset() for a new episode."
+        )
+
+    def step(self, action: Any) -> None:
+        """Play ``action`` (an assistant message) for the seat in ``agent_selection``.
+
+        Raises :class:`~tau_env.error.InvalidActionError` only for what is not a message at all
+        (and then changes nothing). Everything a model can get wrong inside a message becomes an
+        ``Error:`` observation; each counted step adds exactly one trajectory event.
+        """
+        if not self._started:
+            self._not_live("step")
         seat = self.agent_selection
-        if self.terminations[seat] or self.truncations[seat]:
+        try:
+            over = self.terminations[seat] or self.truncations[seat]
+        except KeyError:  # both seats have left (a live seat is always in terminations)
+            raise self._gone() from None
+        if over:
             if action is not None:
                 raise EpisodeOverError(
                     f"The episode is over for {seat!r}; step(None) to let it leave (as agent_iter expects), "
@@ -197,34 +414,42 @@ class TauEnv(AECEnv):
                 )
             self._was_dead_step(action)
             return
-        msg = normalize_action(action)
-        self._steps += 1
-        self._clear_rewards()
-        calls = parse_tool_calls(msg, id_prefix=f"call_{self._steps}")
-        view = self._views[seat]
-        view.append(msg)
-        event: dict[str, Any] = {"step": self._steps, "seat": seat, "message": msg}
+        msg = normalize_action(action)  # raises (changing nothing) only for what is not a message
+        step = self._steps + 1
+        calls = parse_tool_calls(msg, f"call_{step}", self._call_ids)
+        event: dict[str, Any] = {"step": step, "seat": seat, "message": msg}
         ended: str | None = None
         if calls:
-            results = []
-            for c in calls:
-                if c.error is not None:
-                    res = ToolResult(c.name, f"Error: {c.error}", error=True)
-                else:
-                    res = self.toolbox.call(self._ctx, seat, c.name, c.arguments, strict=self.strict_tools)
+            if self.strict_tools:
+                results = self._run_strict(seat, calls)
+            else:
+                results = [
+                    self.toolbox.call(self._ctx, seat, c.name, c.arguments)
+                    if c.error is None
+                    else ToolResult(c.name, f"Error: {c.error}", error=True)
+                    for c in calls
+                ]
+            view = self._views[seat]
+            view.append(msg)
+            records = []
+            for c, res in zip(calls, results):
                 view.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": res.content})
-                results.append({"tool_call_id": c.id, "name": c.name, "content": res.content, "error": res.error})
-                if res.ends_episode and ended is None:
+                records.append({"tool_call_id": c.id, "name": c.name, "content": res.content, "error": res.error})
+                self._call_ids.add(c.id)
+                if res.ends_episode:
                     ended = "transfer"
-            event["tool_results"] = results
+            event["tool_results"] = records
             next_seat = seat  # the caller reads its results and keeps the turn
         else:
+            self._views[seat].append(msg)
             self._views[_OTHER[seat]].append({"role": "user", "content": msg.get("content") or ""})
             next_seat = _OTHER[seat]
             if seat == USER:
                 marker = is_end_message(msg.get("content"))
                 if marker is not None:
                     ended = {TRANSFER: "transfer", OUT_OF_SCOPE: "out_of_scope"}.get(marker, "user_stop")
+        self._steps = step
+        self._clear_rewards()
         self.trajectory.append(event)
         if ended is not None:
             self._finish(ended, truncated=False)
@@ -234,10 +459,34 @@ class TauEnv(AECEnv):
             self.agent_selection = next_seat
         self._accumulate_rewards()
 
+    def _run_strict(self, seat: str, calls: list[ParsedCall]) -> list[ToolResult]:
+        """Run a message's calls with ``strict_tools``: a tool bug re-raises, and the whole message is
+        undone first (database and active tools), so the step is not counted.
+        """
+        ctx, conn = self._ctx, self._db.conn
+        saved = ctx.copy_state()
+        conn.execute("SAVEPOINT tau_step")
+        try:
+            results = [
+                ToolResult(c.name, f"Error: {c.error}", error=True)
+                if c.error is not None
+                else self.toolbox.call(ctx, seat, c.name, c.arguments, strict=True)
+                for c in calls
+            ]
+        except BaseException:
+            conn.execute("ROLLBACK TO tau_step")
+            conn.execute("RELEASE tau_step")
+            ctx.active, ctx.state = saved
+            raise
+        conn.execute("RELEASE tau_step")
+        return results
+
     def end_episode(self, reason: str) -> None:
         """End the live episode from outside (e.g. a harness that detected a loop): truncated, reward 0."""
         if not self._started:
-            raise EpisodeOverError("Call reset() before end_episode().")
+            self._not_live("end_episode")
+        if not isinstance(reason, str) or not reason:
+            raise InvalidOptionError(f"end_episode needs a reason (a non-empty string), got {_shown(reason)}.")
         if self.termination_reason is None:
             self._finish(reason, truncated=True)
             self._accumulate_rewards()
@@ -265,31 +514,37 @@ class TauEnv(AECEnv):
     # --- extras ------------------------------------------------------------------------
     @property
     def num_steps(self) -> int:
+        """Steps played in this episode (equal to ``len(trajectory)``)."""
+        if not self._started:
+            self._not_live("num_steps")
         return self._steps
 
     def grade(self, explain: bool = True) -> Grade:
         """Grade the current state now (without ending the episode)."""
         if not self._started:
-            raise EpisodeOverError("Call reset() before grade().")
+            self._not_live("grade")
         return self.domain.grader.grade(self._db, self.task, explain=explain)
 
     def db_digest(self) -> str:
         """Canonical digest of the episode's database."""
+        if not self._started:
+            self._not_live("db_digest")
         return self._db.digest()
 
     @property
     def db(self) -> EpisodeDB:
         """The episode's database (read it; write only through tools)."""
+        if not self._started:
+            self._not_live("db")
         return self._db
 
     def snapshot(self) -> EpisodeSnapshot:
         """Freeze the live episode (database, conversation, active tools, turn) for ``restore``."""
         if not self._started:
-            raise EpisodeOverError("Call reset() before snapshot().")
+            self._not_live("snapshot")
         active, tool_state = self._ctx.copy_state()
-        state = copy.deepcopy(
+        state = pickle.dumps(
             {
-                "task_id": self.task.id,
                 "steps": self._steps,
                 "views": self._views,
                 "trajectory": self.trajectory,
@@ -300,30 +555,79 @@ class TauEnv(AECEnv):
                 "truncations": self.truncations,
                 "infos": self.infos,
                 "selection": self.agent_selection,
+                "skip": self._skip_agent_selection,
                 "reason": self.termination_reason,
                 "grade": self.grade_result,
                 "reward": self.episode_reward,
-            }
+                "call_ids": self._call_ids,
+                "active": active,
+                "tool_state": tool_state,
+            },
+            protocol=pickle.HIGHEST_PROTOCOL,
         )
-        state["active"], state["tool_state"] = active, tool_state
-        return EpisodeSnapshot(self._db.snapshot(), state)
+        image = self._db.snapshot()
+        return EpisodeSnapshot(
+            self.task.id, self._steps, image, state, self._seal(self.task.id, self._steps, image, state)
+        )
+
+    def _seal(self, task_id: str, steps: int, image: bytes, state: bytes) -> bytes:
+        mac = hmac.new(_SNAPSHOT_KEY, self._snapshot_tag, "sha256")
+        for part in (task_id.encode("utf-8", "surrogatepass"), str(steps).encode(), image, state):
+            mac.update(len(part).to_bytes(8, "big"))
+            mac.update(part)
+        return mac.digest()
 
     def restore(self, snap: EpisodeSnapshot) -> None:
-        """Resume from ``snap`` (taken on an env of the same domain); the snapshot stays reusable."""
-        s = copy.deepcopy(snap.state)
-        self._start(self.domain.task(s["task_id"]))
+        """Resume from ``snap``; the snapshot stays reusable.
+
+        Raises:
+            SnapshotError: ``snap`` was not taken by an env of this process with the same domain,
+                schema and tools (retrieval configuration), or was altered; the live episode is
+                left as it was.
+        """
+        if self._closed:
+            self._not_live("restore")
+        if not isinstance(snap, EpisodeSnapshot):
+            raise SnapshotError(f"restore() needs an EpisodeSnapshot from env.snapshot(), got {type(snap).__name__}.")
+        parts = (snap.task_id, snap.num_steps, snap.image, snap.state, snap.seal)
+        if not (
+            isinstance(parts[0], str)
+            and _is_int(parts[1])
+            and all(isinstance(p, bytes) for p in parts[2:])
+            and hmac.compare_digest(self._seal(*parts[:4]), snap.seal)
+        ):
+            raise SnapshotError(
+                "This snapshot was altered, or taken by an env of another domain, schema or retrieval "
+                "configuration, or in another process; restore only snapshots from env.snapshot() of a "
+                "matching env in this process."
+            )
+        try:
+            task = self._task(snap.task_id)
+        except UnknownTaskError as e:
+            raise SnapshotError(f"The snapshot's task is not in this env's domain: {e}") from None
+        s = pickle.loads(snap.state)  # sealed by this process: only our own pickles get here
+        self._start(task)
         self._db.restore(snap.image)
         self._ctx.conn = self._db.conn  # restore opens a new connection
         self._ctx.active, self._ctx.state = s["active"], s["tool_state"]
         self._steps, self._views, self.trajectory = s["steps"], s["views"], s["trajectory"]
         self.agents, self.rewards, self._cumulative_rewards = s["agents"], s["rewards"], s["cum"]
         self.terminations, self.truncations, self.infos = s["terminations"], s["truncations"], s["infos"]
-        self.agent_selection, self.termination_reason, self.grade_result = s["selection"], s["reason"], s["grade"]
-        self.episode_reward = s["reward"]
+        self.agent_selection, self._skip_agent_selection = s["selection"], s["skip"]
+        self.termination_reason, self.grade_result = s["reason"], s["grade"]
+        self.episode_reward, self._call_ids = s["reward"], s["call_ids"]
 
     def fork(self) -> TauEnv:
         """A new env of the same domain and settings, continuing from this episode's current state."""
-        other = TauEnv(
+        if not self._started:
+            self._not_live("fork")
+        other = self._blank()
+        other.restore(self.snapshot())
+        return other
+
+    def _blank(self) -> TauEnv:
+        """A new env of the same domain and settings, without an episode."""
+        return TauEnv(
             self.domain,
             max_steps=self.max_steps,
             retrieval=self.retrieval,
@@ -331,16 +635,31 @@ class TauEnv(AECEnv):
             strict_tools=self.strict_tools,
             render_mode=self.render_mode,
         )
-        other.restore(self.snapshot())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TauEnv:
+        if self._closed:
+            self._not_live("deepcopy")
+        other = memo[id(self)] = self.fork() if self._started else self._blank()
         return other
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise NotPicklableError(
+            "A TauEnv cannot be pickled or shallow-copied: its episode lives in an in-memory SQLite database of "
+            "this process. Use copy.deepcopy(env) or env.fork() in this process; in another, build the env there "
+            "with tau_env.make(id, **settings)."
+        )
 
     def transcript(self) -> str:
         """The conversation so far as readable text (both seats, tool calls and results)."""
+        if not self._started:
+            self._not_live("transcript")
         from tau_env.show import format_events
 
         return format_events(self.trajectory)
 
     def render(self) -> str | None:
+        if not self._started:
+            self._not_live("render")
         if self.render_mode is None:
             warnings.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'.", stacklevel=2)
             return None
@@ -351,15 +670,26 @@ class TauEnv(AECEnv):
         return None
 
     def close(self) -> None:
+        """Release the episode's database; every later call but ``close`` raises ClosedEnvError."""
         if not self._closed:
             self._db.close()
             self._closed = True
+            self._started = False
 
     def __enter__(self) -> TauEnv:
+        if self._closed:
+            self._not_live("__enter__")
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"TauEnv(domain={self.domain.name!r}, retrieval={self.retrieval!r}, max_steps={self.max_steps})"
+        state = " closed" if self._closed else ""
+        return f"TauEnv(domain={self.domain.name!r}, retrieval={self.retrieval!r}, max_steps={self.max_steps}){state}"
+
+
+# Attributes that reset() sets; reading one before raises ResetNeeded. (Only these: a descriptor
+# keeps Python from specialising reads of the attribute, and the others are read on every step.)
+for _name in ("task", "trajectory", "termination_reason", "grade_result", "episode_reward", "infos", "agent_selection"):
+    setattr(TauEnv, _name, _EpisodeAttribute(_name))

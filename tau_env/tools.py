@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tau_env.error import ToolDefinitionError, ToolError, did_you_mean
+from tau_env.messages import clip, escape_surrogates
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,14 @@ SEATS = ("agent", "user")
 KINDS = ("read", "write")
 #: Longest string argument a tool accepts, unless the tool sets ``max_string``.
 MAX_STRING = 8192
+#: Unknown tool names up to this length reach a toolbox's ``unknown_tool_message`` as sent; longer
+#: ones are clipped (see :func:`tau_env.messages.clip`).
+MAX_ECHOED_NAME = 200
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    """``did_you_mean`` for model text: nothing for text too long to be a misspelt name (difflib is slow on it)."""
+    return did_you_mean(word, choices) if len(word) <= 100 else ""
 
 
 # --- docstrings ----------------------------------------------------------------------------
@@ -104,9 +113,10 @@ def _type_name(v: Any) -> str:
 
 
 def _show(v: Any) -> str:
-    text = (
-        json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-    )
+    try:
+        text = json.dumps(v[:100] if isinstance(v, str) else v, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):  # a huge integer, or nesting too deep to print
+        text = f"<{_type_name(v)}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -166,7 +176,7 @@ def _compile_type(tp: Any, max_string: int, where: str) -> tuple[dict[str, Any],
                     return c
             raise ArgumentError(
                 f"Argument '{name}' must be one of {', '.join(_show(c) for c in choices)}; got {_show(x)}."
-                + (did_you_mean(x, [c for c in choices if isinstance(c, str)]) if isinstance(x, str) else "")
+                + (_suggest(x, [c for c in choices if isinstance(c, str)]) if isinstance(x, str) else "")
             )
 
         return schema, v_lit
@@ -248,8 +258,8 @@ class Tool:
         if unknown:
             names = list(self.validators)
             raise ArgumentError(
-                f"Unexpected argument '{str(unknown[0])[:60]}' for tool '{self.name}'; it takes "
-                f"{names or 'no arguments'}.{did_you_mean(str(unknown[0]), names)}"
+                f"Unexpected argument '{clip(str(unknown[0]), 60)}' for tool '{self.name}'; it takes "
+                f"{names or 'no arguments'}.{_suggest(str(unknown[0]), names)}"
             )
         missing = [k for k in self.required if k not in arguments]
         if missing:
@@ -457,7 +467,11 @@ class Toolbox:
     Args:
         tools: The tools.
         unknown_tool_message: ``(name, active names) -> text`` shown when a seat calls a tool it
-            does not have; the default names the active tools and suggests the closest.
+            does not have; the default names the active tools and suggests the closest. It gets
+            the name as sent up to ``MAX_ECHOED_NAME`` characters, a clipped one beyond.
+
+    Every text a call returns is valid Unicode (lone surrogates escaped, see
+    :func:`tau_env.messages.escape_surrogates`).
     """
 
     def __init__(self, tools: Iterable[Tool], unknown_tool_message: Callable[[str, list[str]], str] | None = None):
@@ -497,20 +511,18 @@ class Toolbox:
         if t is None or (name not in ctx.active[seat] and not (t.hidden and t.side == seat)):
             active = sorted(ctx.active[seat])
             if self.unknown_tool_message is not None:
-                return ToolResult(name, self.unknown_tool_message(name, active), error=True)
-            return ToolResult(
-                name,
-                f"Error: Unknown tool '{name[:80]}'. Available tools: {', '.join(active)}."
-                + did_you_mean(name, active),
-                error=True,
-            )
+                text = self.unknown_tool_message(clip(name, MAX_ECHOED_NAME), active)
+            else:
+                text = f"Error: Unknown tool '{clip(name)}'. Available tools: {', '.join(active)}."
+                text += _suggest(name, active)
+            return ToolResult(name, escape_surrogates(text), error=True)
         if t.raw:
             args = dict(arguments or {})
         else:
             try:
                 args = t.validate(arguments or {})
             except ArgumentError as e:
-                return ToolResult(name, f"Error: {e}", error=True)
+                return ToolResult(name, escape_surrogates(f"Error: {e}"), error=True)
         conn = ctx.conn
         conn.execute("SAVEPOINT tau_call")
         try:
@@ -519,12 +531,12 @@ class Toolbox:
         except ToolError as e:
             conn.execute("ROLLBACK TO tau_call")
             conn.execute("RELEASE tau_call")
-            return ToolResult(name, f"Error: {e}", error=True)
+            return ToolResult(name, escape_surrogates(f"Error: {e}"), error=True)
         except Exception as e:
             if t.raw:  # the benchmark's contract: an exception is the tool's error message
                 conn.execute("ROLLBACK TO tau_call")
                 conn.execute("RELEASE tau_call")
-                return ToolResult(name, f"Error: {e}", error=True)
+                return ToolResult(name, escape_surrogates(f"Error: {e}"), error=True)
             # A bug in the domain's tool, not the model's fault: roll back, show a generic error,
             # and log it; check_domain reports such calls, and strict mode re-raises them.
             conn.execute("ROLLBACK TO tau_call")
@@ -538,7 +550,7 @@ class Toolbox:
         if t.kind == "read":
             conn.execute("ROLLBACK TO tau_call")  # a read tool can never change the state
         conn.execute("RELEASE tau_call")
-        return ToolResult(name, content, ends_episode=t.ends_episode, wrote=t.kind == "write")
+        return ToolResult(name, escape_surrogates(content), ends_episode=t.ends_episode, wrote=t.kind == "write")
 
 
 # --- meta tools -------------------------------------------------------------------------------
@@ -553,7 +565,7 @@ def unlock_tool(ctx: ToolContext, tool_name: str) -> str:
     t = box.tools.get(tool_name) if box else None
     if t is None or not t.discoverable:
         raise ToolError(
-            f"No tool named '{tool_name[:80]}' can be unlocked. Tool names are written in the "
+            f"No tool named '{clip(tool_name)}' can be unlocked. Tool names are written in the "
             "documents; search them and copy the exact name."
         )
     ctx.active["agent"].add(tool_name)
@@ -571,7 +583,7 @@ def hand_over_tool(ctx: ToolContext, tool_name: str) -> str:
     t = box.tools.get(tool_name) if box else None
     if t is None or not t.handover:
         raise ToolError(
-            f"No customer tool named '{tool_name[:80]}' can be handed over. Customer tool names "
+            f"No customer tool named '{clip(tool_name)}' can be handed over. Customer tool names "
             "are written in the documents."
         )
     ctx.active["user"].add(tool_name)
