@@ -109,7 +109,3 @@ class TaskFileError(TaskError, DomainError):
 
 class NotPicklableError(Error, TypeError):
     """Raised when pickling (or shallow-copying) an object that holds live in-process state, such as a TauEnv."""
-
-
-class NotPicklableError(Error, TypeError):
-    """Raised when pickling (or shallow-copying) an object that holds live in-process state, such as a TauEnv."""
