@@ -253,23 +253,25 @@ class GrepWorker:
     def _start(self) -> None:
         self.close()
         worker = Path(__file__).with_name("_grep_worker.py")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-P", str(worker)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a terminal's Ctrl-C goes to the parent only
-        )
-        self._pid = os.getpid()
         try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-P", str(worker)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C goes to the parent only
+            )
+            self._pid = os.getpid()
+            self._poll = select.poll()  # not select(): no limit on the descriptor's number
+            self._poll.register(self._proc.stdout.fileno(), select.POLLIN)  # type: ignore[union-attr]
             self._receive(time.monotonic() + 60)
-        except (OSError, EOFError, TimeoutError) as e:
+        except (OSError, EOFError) as e:  # not the pattern's fault: not a budget message
             self.close()
             raise RuntimeError(f"The grep worker ({worker}) did not start: {e!r}.") from e
 
     def _corpus(self, texts: tuple[str, ...]) -> int:
         if self._proc is None or self._pid != os.getpid() or self._proc.poll() is not None:
-            self._start()
+            self._start()  # RuntimeError if it cannot start
         cid = self._corpora.get(texts)
         if cid is not None:
             self._corpora.move_to_end(texts)
@@ -297,7 +299,7 @@ class GrepWorker:
             chunks, left = [], n
             while left:
                 wait = deadline - time.monotonic()
-                if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                if wait <= 0 or not self._poll.poll(wait * 1000):
                     raise TimeoutError("no reply in time")
                 chunk = os.read(fd, left)
                 if not chunk:

@@ -95,6 +95,7 @@ def _run(op, texts, args):
 
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent, which ends us
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)  # even if the parent ignored it: the timer must kill
     warnings.simplefilter("ignore")  # e.g. re's FutureWarning about possible nested sets
     import regex  # noqa: F401  (loaded before any budget applies)
 

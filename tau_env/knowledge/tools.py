@@ -92,12 +92,11 @@ def grep_documents(ctx: ToolContext, pattern: str) -> str:
 _ALL = {t.name: t for t in (search_documents, search_documents_dense, search_documents_hybrid, grep_documents)}
 
 
-def unknown_retrieval(key: object, choices: Iterable[str], domain: str = "") -> InvalidOptionError:
-    """The error for a retrieval configuration that a domain does not have (the same in every domain)."""
+def unknown_retrieval(key: object, choices: Iterable[str]) -> InvalidOptionError:
+    """The error for a retrieval configuration a domain lacks: the same in every domain (``make`` adds the id)."""
     choices = sorted(choices)
     return InvalidOptionError(
-        f"Unknown {domain + ' ' if domain else ''}retrieval configuration {key!r}; expected one of "
-        f"{choices}.{did_you_mean(str(key), choices)}"
+        f"Unknown retrieval configuration {key!r}; expected one of {choices}.{did_you_mean(str(key), choices)}"
     )
 
 

@@ -177,7 +177,7 @@ def check_retrieval(key: object) -> None:
 
     config = RETRIEVAL.get(key) if isinstance(key, str) else None
     if config is None:
-        raise unknown_retrieval(key, RETRIEVAL, "tau3-banking")
+        raise unknown_retrieval(key, RETRIEVAL)
     if config.search == "dense":
         require_embed(f"retrieval {key!r}")
 
