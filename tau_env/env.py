@@ -283,6 +283,7 @@ class TauEnv(AECEnv):
                 )
             task = self._task_from_options(options)
         if seed is not None:
+            seed = int(seed)  # a numpy integer too (Gymnasium's spaces take Python ints only)
             self._rng = np.random.default_rng(seed)
             for i, s in enumerate(SEATS):
                 self.action_spaces[s].seed(seed + i)

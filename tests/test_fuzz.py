@@ -5,14 +5,17 @@ fails leaves the database digest unchanged; a read tool never changes it.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tau_env
-from tau_env import RandomAgent
+from tau_env import RandomAgent, call, say
 from tau_env.error import InvalidActionError
+
+TAU3_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tau3_banking"
 
 HOSTILE = [
     "'; DROP TABLE accounts; --",
@@ -188,3 +191,141 @@ def test_random_policies_thousands_of_steps():
                     assert e.db_digest() == before, r
         seed += 1
     assert steps >= 5000
+
+
+# --- arguments JSON cannot encode, and lone surrogates anywhere --------------------------------------
+class _Opaque:
+    def __repr__(self):
+        raise RuntimeError("a repr that fails")
+
+
+def _nested(depth):
+    value = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+surrogate_text = st.text(
+    alphabet=st.one_of(st.characters(), st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, categories=["Cs"])),
+    max_size=12,
+)
+unencodable = st.one_of(
+    st.binary(max_size=8),
+    st.sets(st.integers(), max_size=2),
+    st.frozensets(st.text(max_size=3), max_size=2),
+    st.just(float("nan")),
+    st.just(float("inf")),
+    st.integers(10**4300, 10**4400),
+    st.builds(_Opaque),
+    st.builds(object),
+    st.sampled_from([100_000, 900, 50]).map(_nested),  # built on draw: hypothesis cannot repr them
+)
+odd_values = st.recursive(
+    st.one_of(json_scalars, surrogate_text, unencodable),
+    lambda c: st.one_of(
+        st.lists(c, max_size=3),
+        st.tuples(c, c),
+        st.dictionaries(st.one_of(st.text(max_size=6), surrogate_text, st.tuples(st.integers())), c, max_size=3),
+    ),
+    max_leaves=5,
+)
+
+
+@st.composite
+def odd_actions(draw, names):
+    calls = []
+    for _ in range(draw(st.integers(1, 3))):
+        name = draw(st.one_of(st.sampled_from(names), surrogate_text))
+        keys = st.one_of(
+            st.sampled_from(["customer_id", "account_id", "user_id", "query", "tool_name"]), surrogate_text
+        )
+        args = draw(st.dictionaries(keys, odd_values, max_size=3))
+        as_text = draw(st.booleans())
+        if as_text:  # the model's JSON text, raw surrogates and all (when it can be written at all)
+            try:
+                args = json.dumps(args, ensure_ascii=draw(st.booleans()))
+            except (TypeError, ValueError, RecursionError):
+                pass
+        call_id = draw(st.one_of(st.none(), st.just("dup"), st.text(max_size=3), surrogate_text, st.integers()))
+        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+    content = draw(st.one_of(st.none(), surrogate_text))
+    return {"role": "assistant", "content": content, "tool_calls": calls}
+
+
+def _check_odd_step(e, action):
+    n, before = e.num_steps, e.db_digest()
+    e.step(action)  # never raises: everything odd inside a message is the model's mistake
+    assert e.num_steps == n + 1 == len(e.trajectory)
+    results = e.trajectory[-1]["tool_results"]
+    assert len({r["tool_call_id"] for r in results}) == len(results)  # each result answers one call
+    if all(r["error"] for r in results):
+        assert e.db_digest() == before, results
+    for r in results:
+        assert r["content"].startswith("Error") or not r["error"]
+        assert "failed internally" not in r["content"], r  # never blamed on the domain
+    # the record and the observations can be written as UTF-8 JSON (what the harness does)
+    json.dumps(e.trajectory[-1], ensure_ascii=False, allow_nan=False).encode("utf-8")
+    json.dumps(e.observe(e.agent_selection), ensure_ascii=False).encode("utf-8")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), batch=st.lists(odd_actions(AGENT_TOOLS), min_size=1, max_size=4))
+def test_unencodable_and_surrogate_arguments_become_observations(seed, batch):
+    env.reset(seed=seed)
+    env.step("I need help \ud83d")
+    assert env.trajectory[-1]["message"]["content"] == "I need help \\ud83d"
+    for action in batch:
+        if env.termination_reason is not None:
+            break
+        _check_odd_step(env, action)
+
+
+@pytest.fixture(scope="module")
+def tau3_env():
+    if not TAU3_DATA.is_dir():
+        pytest.skip("needs ../shared/data")
+    e = tau_env.make("tau3-banking", data_dir=str(TAU3_DATA), retrieval="no_knowledge", max_steps=10_000)
+    yield e
+    e.close()
+
+
+def test_unencodable_and_surrogate_arguments_in_tau3(tau3_env):
+    from tau_env.domains.tau3_banking import interface
+
+    names = [s["function"]["name"] for s in interface.AGENT_SCHEMAS] + ["call_discoverable_agent_tool"]
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(batch=st.lists(odd_actions(names), min_size=1, max_size=3))
+    def run(batch):
+        tau3_env.reset(options={"task_id": "task_001"})
+        tau3_env.step(say("hi"))
+        for action in batch:
+            if tau3_env.termination_reason is not None:
+                break
+            _check_odd_step(tau3_env, action)
+
+    run()
+
+
+def test_tau3_surrogates_and_long_names(tau3_env):
+    tau3_env.reset(options={"task_id": "task_001"})
+    tau3_env.step(say("hi"))
+    before = tau3_env.db_digest()
+    for args in ('{"user_id": "\\ud83d"}', {"user_id": "\ud83d"}, {"user_id": ["ok", {"x": "\udc00"}]}):
+        tau3_env.step(_raw_call("get_user_information_by_id", args))
+        (r,) = tau3_env.trajectory[-1]["tool_results"]
+        assert r["error"] and r["content"].startswith("Error: Argument 'user_id") and "lone surrogate" in r["content"]
+    tau3_env.step(_raw_call("get_user_information_by_id", {"user_id": "x", "extra": b"\x00"}))
+    assert tau3_env.trajectory[-1]["tool_results"][0]["content"].startswith(
+        "Error: Arguments of 'get_user_information_by_id' cannot be encoded as JSON (Object of type bytes"
+    )
+    assert tau3_env.db_digest() == before
+    # the benchmark's own unknown-tool text: verbatim up to 200 characters, clipped beyond
+    for name, shown in (("n" * 200, "n" * 200), ("n" * 201, "n" * 200 + "... (201 characters)")):
+        tau3_env.step(call(name))
+        assert tau3_env.trajectory[-1]["tool_results"][0]["content"] == f"Error: Tool '{shown}' not found."
+
+
+def _raw_call(name, arguments):
+    return {"role": "assistant", "tool_calls": [{"id": "t", "function": {"name": name, "arguments": arguments}}]}

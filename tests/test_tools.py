@@ -180,3 +180,59 @@ def test_tool_error_is_not_a_tau_env_error():
     from tau_env.error import Error
 
     assert not issubclass(ToolError, Error)
+
+
+# --- echoed model text is clipped; results are valid Unicode ---------------------------------------
+def test_long_model_text_is_clipped_in_error_messages(env):
+    import json
+
+    from tau_env import call
+
+    env.reset(options={"task_id": "restock"})
+    env.step("hi")
+    huge = "get_itemm" + "x" * 10_000_000
+    env.step({"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": huge, "arguments": "{}"}}]})
+    content = env.trajectory[-1]["tool_results"][0]["content"]
+    assert content.startswith("Error: Unknown tool '" + huge[:80] + "... (10000009 characters)'. Available tools: ")
+    assert len(content) < 1000
+    env.step(call("get_item", item_id="widget", **{"k" * 5000: 1}))
+    content = env.trajectory[-1]["tool_results"][0]["content"]
+    assert content.startswith("Error: Unexpected argument '" + "k" * 60 + "... (5000 characters)' for tool 'get_item'")
+    env.step(call("unlock_tool", tool_name="s" * 5000))
+    content = env.trajectory[-1]["tool_results"][0]["content"]
+    assert content == f"Error: No tool named '{'s' * 80}... (5000 characters)' can be unlocked. Tool names are " + (
+        "written in the documents; search them and copy the exact name."
+    )
+    env.step(call("get_item", item_id="x" * 9000))
+    assert "is too long (9000 characters; at most 8192)" in env.trajectory[-1]["tool_results"][0]["content"]
+    json.dumps(env.trajectory, ensure_ascii=False).encode("utf-8")
+
+
+def test_tool_output_with_lone_surrogates_is_escaped(domain):
+    from tau_env import Domain, TauEnv, call
+
+    @tool
+    def echo(ctx, text: str) -> str:
+        """Echo a text, broken.
+
+        Args:
+            text: Anything.
+        """
+        if text == "raise":
+            raise ToolError("bad \udcff input")
+        return text + "\ud800"
+
+    env = TauEnv(
+        Domain(
+            **{
+                **{f: getattr(domain, f) for f in ("name", "schema", "seed", "documents", "policy", "tasks")},
+                "tools": [*domain.tools, echo],
+            }
+        )
+    )
+    env.reset(options={"task_id": "nothing"})
+    env.step("hi")
+    env.step(call("echo", text="ok"))
+    env.step(call("echo", text="raise"))
+    results = [e["tool_results"][0]["content"] for e in env.trajectory[1:]]
+    assert results == ["ok\\ud800", "Error: bad \\udcff input"]
