@@ -151,8 +151,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     domain = registry.load_domain(args.domain, **_domain_kwargs(args, args.domain))
     started = time.perf_counter()
-    problems = domain_problems(domain, args.task or None, play=not args.no_play)
-    n = len(args.task) if args.task else len(domain.tasks)
+    task_ids = list(dict.fromkeys(args.task)) if args.task else None  # each task once
+    problems = domain_problems(domain, task_ids, play=not args.no_play)
+    n = len(task_ids) if task_ids else len(domain.tasks)
     if not problems:
         _out(
             f"{args.domain}: {n} tasks and {len(domain.documents)} documents pass every check "
@@ -289,6 +290,8 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
 
     if args.jsonl is None and args.parquet is None:
         raise InvalidOptionError("export-sft needs an output: give --jsonl FILE and/or --parquet FILE.")
+    if args.jsonl is not None and args.parquet is not None and args.jsonl.absolute() == args.parquet.absolute():
+        raise InvalidOptionError(f"--jsonl and --parquet both name {args.jsonl}; give two files.")
     source = args.run / "trajectories.jsonl" if args.run.is_dir() else args.run
     for flag, path in (("--jsonl", args.jsonl), ("--parquet", args.parquet)):
         if path is not None:

@@ -123,12 +123,14 @@ def export(
 ) -> int:
     """Write the SFT examples of ``source`` as JSONL and/or parquet; returns how many were written.
 
-    Lines of ``source`` that are not episodes are skipped (``on_skip`` as in :func:`read_episodes`).
+    Lines of ``source`` that are not episodes are skipped (``on_skip`` as in :func:`read_episodes`);
+    missing parent folders of the outputs are made.
     Text the model wrote is kept exactly; characters UTF-8 cannot hold (lone surrogates) are
     written as JSON escapes.
     """
     examples = [to_example(ep, greeting_turns) for ep in select(read_episodes(source, on_skip), min_reward)]
     if jsonl is not None:
+        Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
         with open(jsonl, "w", encoding="utf-8") as f:
             for ex in examples:
                 f.write(_dumps(ex) + "\n")
@@ -147,5 +149,8 @@ def export(
             }
             for ex in examples
         ]
-        pq.write_table(pa.Table.from_pylist(rows), parquet)
+        table = pa.Table.from_pylist(rows)
+        Path(parquet).parent.mkdir(parents=True, exist_ok=True)
+        with open(parquet, "wb") as f:  # Python's open: an unusable path is an OSError naming it
+            pq.write_table(table, f)
     return len(examples)

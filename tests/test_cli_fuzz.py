@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tau_env.cli import main
+from tau_env.cli import build_parser, main
 
 TASKS = ["wire_preferred", "lost_card_standard_shipping"]
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -148,7 +148,7 @@ def test_random_argument_vectors_never_raise(template, fresh, paths, tmp_path, c
     assert not UNSAFE.search(stdout) and not UNSAFE.search(stderr), (argv, stdout[-300:], stderr)
     if code == 2:
         assert stderr.splitlines()[-1].startswith("tau-env: "), (argv, stderr)
-    if argv[0] == "export-sft" and code == 0 and "--jsonl" in argv:
-        target = argv[len(argv) - 1 - argv[::-1].index("--jsonl") + 1]
-        for line in open(target, encoding="utf-8"):  # what was written is valid JSON
+    if argv[0] == "export-sft" and stdout.startswith("wrote "):
+        target = build_parser().parse_args(argv).jsonl
+        for line in open(target, encoding="utf-8") if target else []:  # what was written is valid JSON
             json.loads(line)
