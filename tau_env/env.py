@@ -138,13 +138,17 @@ class TauEnv(AECEnv):
     ``###OUT-OF-SCOPE###``) or the agent's transfer tool succeeds (terminated), or after
     ``max_steps`` calls of ``step`` (truncated).
 
-    Misuse raises a named :mod:`tau_env.error` exception, never a model's mistake (those become
-    observations). Before the first ``reset()`` every episode method (``step``, ``last``,
-    ``observe``, ``agent_iter``, ``grade``, ``snapshot``, ``db_digest``, ``transcript``,
-    ``render``, ...) and episode attribute raises :class:`~tau_env.error.ResetNeeded`; after
-    ``close()`` (which may be called again) every method raises
-    :class:`~tau_env.error.ClosedEnvError`; stepping a finished episode other than with
-    ``step(None)`` for a seat still present raises :class:`~tau_env.error.EpisodeOverError`.
+    A model's mistakes never raise: malformed or unencodable tool calls, and arguments with lone
+    surrogates, become ``Error:`` tool results; lone surrogates in text are escaped as text; each
+    tool call gets an id unique in the episode (the rule: :func:`tau_env.messages.parse_tool_calls`).
+    So the trajectory is always JSON that can be written as UTF-8.
+
+    Misuse by the caller raises a named :mod:`tau_env.error` exception. Before the first
+    ``reset()`` every episode method (``step``, ``last``, ``observe``, ``agent_iter``, ``grade``,
+    ``snapshot``, ``db_digest``, ``transcript``, ``render``, ...) and episode attribute raises
+    :class:`~tau_env.error.ResetNeeded`; after ``close()`` (which may be called again) every
+    method raises :class:`~tau_env.error.ClosedEnvError`; stepping a finished episode other than
+    with ``step(None)`` for a seat still present raises :class:`~tau_env.error.EpisodeOverError`.
 
     Copying: ``copy.deepcopy(env)`` is ``env.fork()`` (a new env, same domain object and settings,
     same episode state; an env without an episode copies as a fresh one). Pickling (and
@@ -242,7 +246,7 @@ class TauEnv(AECEnv):
         raise ResetNeeded(f"Call reset() before {method}().")
 
     def _seat(self, agent: Any) -> str:
-        if agent not in _OTHER:
+        if not isinstance(agent, str) or agent not in _OTHER:
             raise InvalidOptionError(f"Unknown seat {_shown(agent)}; the seats are {list(SEATS)}.")
         return agent
 
@@ -421,24 +425,26 @@ class TauEnv(AECEnv):
         event: dict[str, Any] = {"step": step, "seat": seat, "message": msg}
         ended: str | None = None
         if calls:
-            if self.strict_tools:
-                results = self._run_strict(seat, calls)
-            else:
-                results = [
-                    self.toolbox.call(self._ctx, seat, c.name, c.arguments)
-                    if c.error is None
-                    else ToolResult(c.name, f"Error: {c.error}", error=True)
-                    for c in calls
-                ]
+            results = self._run_strict(seat, calls) if self.strict_tools else None
             view = self._views[seat]
             view.append(msg)
             records = []
-            for c, res in zip(calls, results):
-                view.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": res.content})
-                records.append({"tool_call_id": c.id, "name": c.name, "content": res.content, "error": res.error})
-                self._call_ids.add(c.id)
-                if res.ends_episode:
-                    ended = "transfer"
+            try:
+                for i, c in enumerate(calls):
+                    if results is not None:
+                        res = results[i]
+                    elif c.error is None:
+                        res = self.toolbox.call(self._ctx, seat, c.name, c.arguments)  # never raises for the model
+                    else:
+                        res = ToolResult(c.name, f"Error: {c.error}", error=True)
+                    view.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": res.content})
+                    records.append({"tool_call_id": c.id, "name": c.name, "content": res.content, "error": res.error})
+                    if res.ends_episode:
+                        ended = "transfer"
+            except BaseException:  # not the model's doing (e.g. a broken database): the step did not happen
+                del view[len(view) - len(records) - 1 :]
+                raise
+            self._call_ids.update([c.id for c in calls])
             event["tool_results"] = records
             next_seat = seat  # the caller reads its results and keeps the turn
         else:

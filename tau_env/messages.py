@@ -190,7 +190,7 @@ def parse_tool_calls(message: Message, id_prefix: str, used_ids: Collection[str]
     canonical = []
     taken: set[str] = set()
     for i, tc in enumerate(message.get("tool_calls") or []):
-        call_id = _call_id(tc.get("id"), f"{id_prefix}_{i}", used_ids, taken)
+        call_id = _call_id(tc.get("id"), id_prefix, i, used_ids, taken)
         taken.add(call_id)
         fn = tc.get("function")
         name = fn.get("name") if isinstance(fn, dict) else None
@@ -201,7 +201,7 @@ def parse_tool_calls(message: Message, id_prefix: str, used_ids: Collection[str]
             name = escape_surrogates(name) if isinstance(name, str) else ""
         else:
             name = escape_surrogates(name)
-        raw_text, args, arg_error = _parse_arguments(raw, clip(name))
+        raw_text, args, arg_error = _parse_arguments(raw, name)
         error = error or arg_error
         parsed.append(ParsedCall(call_id, name, args if error is None else None, raw_text, error))
         canonical.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": raw_text}})
@@ -210,12 +210,13 @@ def parse_tool_calls(message: Message, id_prefix: str, used_ids: Collection[str]
     return parsed
 
 
-def _call_id(sent: Any, fallback: str, used: Collection[str], taken: set[str]) -> str:
+def _call_id(sent: Any, prefix: str, i: int, used: Collection[str], taken: set[str]) -> str:
     if isinstance(sent, str) and sent and len(sent) <= MAX_ID_LENGTH:
         sent = escape_surrogates(sent)
         if sent not in used and sent not in taken:
             return sent
-    call_id, n = fallback, 1
+    call_id = fallback = f"{prefix}_{i}"
+    n = 1
     while call_id in used or call_id in taken:
         n += 1
         call_id = f"{fallback}_{n}"
@@ -231,19 +232,27 @@ def _parse_arguments(raw: Any, name: str) -> tuple[str, dict[str, Any] | None, s
             text = json.dumps(raw, ensure_ascii=False)
         except Exception as e:  # bytes, sets, tuple keys, objects, huge ints, cycles, deep nesting
             why = "they nest too deeply" if isinstance(e, RecursionError) else clip(str(e), 120)
-            return _sketch(raw), None, f"Arguments of '{name}' cannot be encoded as JSON ({why}). Send a JSON object."
+            return (
+                _sketch(raw),
+                None,
+                f"Arguments of '{clip(name)}' cannot be encoded as JSON ({why}). Send a JSON object.",
+            )
     elif isinstance(raw, str):
         text = raw
     else:
-        return _sketch(raw), None, f"Arguments of '{name}' must be a JSON object string, got {type(raw).__name__}."
+        return (
+            _sketch(raw),
+            None,
+            f"Arguments of '{clip(name)}' must be a JSON object string, got {type(raw).__name__}.",
+        )
     record = escape_surrogates(text)
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, integers over 4300 digits, deep nesting
         why = "it nests too deeply" if isinstance(e, RecursionError) else clip(str(e), 120)
-        return record, None, f"Arguments of '{name}' are not valid JSON ({why}). Send a JSON object."
+        return record, None, f"Arguments of '{clip(name)}' are not valid JSON ({why}). Send a JSON object."
     if not isinstance(value, dict):
-        return record, None, f"Arguments of '{name}' must be a JSON object, got {type(value).__name__}."
+        return record, None, f"Arguments of '{clip(name)}' must be a JSON object, got {type(value).__name__}."
     if record is not text or ("\\u" in text and _ESCAPED_SURROGATE.search(text)):
         where = _surrogate_path(value)
         if where is not None:

@@ -5,7 +5,7 @@ from pettingzoo.test import api_test, seed_test
 
 import tau_env
 from tau_env import OracleAgent, ScriptedUser, TauEnv, call, run_episode, say
-from tau_env.error import EpisodeOverError, InvalidActionError, UnknownTaskError
+from tau_env.error import EpisodeOverError, InvalidActionError, InvalidOptionError, ResetNeeded, UnknownTaskError
 
 
 def test_pettingzoo_api_test_on_shipped_domain():
@@ -126,14 +126,14 @@ def test_transfer_terminates_and_budget_truncates(domain):
 
 def test_caller_errors_raise(domain):
     env = TauEnv(domain)
-    with pytest.raises(EpisodeOverError, match="reset"):
+    with pytest.raises(ResetNeeded, match=r"^Call reset\(\) before step\(\)\.$"):
         env.step(say("x"))
     env.reset()
     with pytest.raises(InvalidActionError):
         env.step(123)
-    with pytest.raises(ValueError, match="max_steps"):
+    with pytest.raises(InvalidOptionError, match="^max_steps must be an integer of at least 1"):
         TauEnv(domain, max_steps=0)
-    with pytest.raises(ValueError, match="Unknown retrieval configuration 'bm52'"):
+    with pytest.raises(InvalidOptionError, match="^Unknown retrieval configuration 'bm52'"):
         TauEnv(domain, retrieval="bm52")
 
 
@@ -201,5 +201,5 @@ def test_render_and_context_manager(domain):
         env.step(say("hello there"))
         assert "hello there" in env.render()
     env.close()  # closing twice is fine
-    with pytest.raises(ValueError, match="render_mode"):
+    with pytest.raises(InvalidOptionError, match="^render_mode must be one of"):
         TauEnv(domain, render_mode="rgb")

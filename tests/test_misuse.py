@@ -123,7 +123,7 @@ def test_after_the_end(fresh):
 
 def test_unknown_seat(fresh):
     fresh.reset()
-    for bad in ("nobody", None, 3):
+    for bad in ("nobody", None, 3, ["agent"]):
         with pytest.raises(InvalidOptionError, match=r"^Unknown seat .*; the seats are \['agent', 'user'\]\.$"):
             fresh.observe(bad)
         with pytest.raises(InvalidOptionError, match="^Unknown seat"):
