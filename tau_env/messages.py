@@ -282,9 +282,14 @@ def _shown(value: Any) -> str:
     return clip(_sketch(value), 200)
 
 
-def _sketch(value: Any, depth: int = 0) -> str:
-    """A bounded, escaped text form of a value that JSON cannot encode (for the trajectory)."""
-    if depth > 20:
+def _sketch(value: Any, depth: int = 0, budget: list[int] | None = None) -> str:
+    """A bounded, escaped text form of a value that JSON cannot encode (for the trajectory).
+
+    At most 20 levels, 50 items per container and 1,000 values in all are shown ("..." for the rest).
+    """
+    budget = [1000] if budget is None else budget
+    budget[0] -= 1
+    if depth > 20 or budget[0] < 0:
         return "..."
     if isinstance(value, str):
         return json.dumps(clip(escape_surrogates(value), 1000), ensure_ascii=False)
@@ -295,10 +300,12 @@ def _sketch(value: Any, depth: int = 0) -> str:
     if isinstance(value, (bytes, bytearray)):
         return clip(repr(bytes(value[:1001])), 1000)
     if isinstance(value, dict):
-        items = [f"{_sketch(k, depth + 1)}: {_sketch(v, depth + 1)}" for k, v in list(value.items())[:50]]
+        items = [
+            f"{_sketch(k, depth + 1, budget)}: {_sketch(v, depth + 1, budget)}" for k, v in list(value.items())[:50]
+        ]
         return "{" + ", ".join(items + (["..."] if len(value) > 50 else [])) + "}"
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = [_sketch(v, depth + 1) for v in list(value)[:50]]
+        items = [_sketch(v, depth + 1, budget) for v in list(value)[:50]]
         inner = ", ".join(items + (["..."] if len(value) > 50 else []))
         return {list: f"[{inner}]", tuple: f"({inner})"}.get(type(value), f"{type(value).__name__}({inner})")
     return f"<{type(value).__name__} object>"
