@@ -238,8 +238,9 @@ class Tool:
     ends_episode: bool = False
     takes_ctx: bool = True
     arg_descriptions: dict[str, str] = field(default_factory=dict)
-    #: Arguments go to ``fn`` as given (no validation), and any exception becomes ``Error: <message>``:
-    #: for reproducing a benchmark whose tools behave that way (see :func:`raw_tool`).
+    #: Arguments go to ``fn`` as given (no validation), any exception becomes ``Error: <message>`` and
+    #: a write tool's writes before it raised stay: for reproducing a benchmark whose tools behave
+    #: that way (see :func:`raw_tool`).
     raw: bool = False
     #: Callable by its seat but never listed in its schemas (a benchmark's tools reachable by name).
     hidden: bool = False
@@ -385,7 +386,9 @@ def raw_tool(
 
     For reproducing an existing benchmark byte for byte: ``fn(ctx, **arguments)`` gets exactly
     what the model sent, and any exception it raises becomes the observation ``Error: <message>``
-    (Python's own ``TypeError`` texts included). New domains should use :func:`tool`.
+    (Python's own ``TypeError`` texts included). As in such a benchmark, a write tool that raises
+    keeps what it wrote before raising; a read tool never changes the state. New domains should
+    use :func:`tool`, whose failed calls always roll back.
     """
     f = schema["function"]
     return Tool(
@@ -533,10 +536,14 @@ class Toolbox:
             conn.execute("RELEASE tau_call")
             return ToolResult(name, escape_surrogates(f"Error: {e}"), error=True)
         except Exception as e:
-            if t.raw:  # the benchmark's contract: an exception is the tool's error message
-                conn.execute("ROLLBACK TO tau_call")
+            if t.raw:
+                # The benchmark's contract: an exception is the tool's error message, and what the
+                # tool wrote before raising stays (the benchmark's tables are plain data with no
+                # rollback). A read tool still leaves no trace.
+                if t.kind == "read":
+                    conn.execute("ROLLBACK TO tau_call")
                 conn.execute("RELEASE tau_call")
-                return ToolResult(name, escape_surrogates(f"Error: {e}"), error=True)
+                return ToolResult(name, escape_surrogates(f"Error: {e}"), error=True, wrote=t.kind == "write")
             # A bug in the domain's tool, not the model's fault: roll back, show a generic error,
             # and log it; check_domain reports such calls, and strict mode re-raises them.
             conn.execute("ROLLBACK TO tau_call")

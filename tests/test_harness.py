@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tau_env import NoopAgent, OracleAgent, ScriptedUser, TauEnv, aevaluate, evaluate, pass_hat_k
+from tau_env.error import ResultsFolderError
 from tau_env.harness import compute_metrics, episode_seed, format_metrics
 
 
@@ -91,6 +92,21 @@ def test_ray_backend_gives_the_same_metrics_as_the_local_one(tmp_path):
         dist = ray_evaluate(
             "harbor-bank-v0", OracleAgent, ScriptedUser, trials=2, seed=4, out_dir=tmp_path / "ray", chunk_size=20
         )
+        # The same results-folder rules as the local backends: other settings are refused ...
+        with pytest.raises(
+            ResultsFolderError, match=r'other settings: agent: "OracleAgent" in the folder, "NoopAgent"'
+        ):
+            ray_evaluate("harbor-bank-v0", NoopAgent, ScriptedUser, trials=2, seed=4, out_dir=tmp_path / "ray")
+        # ... and bad or duplicated records are skipped on resume, each planned episode counted once.
+        one = tmp_path / "one"
+        ids = ["lost_card_standard_shipping"]
+        ray_evaluate("harbor-bank-v0", OracleAgent, ScriptedUser, task_ids=ids, trials=1, out_dir=one)
+        with open(one / "trajectories.jsonl", "ab") as f:
+            f.write(b"{}\n" + (one / "trajectories.jsonl").read_bytes().splitlines()[0] + b"\n")
+        with pytest.warns(UserWarning, match="skipped 2 records"):
+            more = ray_evaluate("harbor-bank-v0", OracleAgent, ScriptedUser, task_ids=ids, trials=2, out_dir=one)
+        assert [(r.task_id, r.trial) for r in more.results] == [(ids[0], 0), (ids[0], 1)]
+        assert json.loads((one / "config.json").read_text())["resumed_episodes"] == 1
     finally:
         ray.shutdown()
     strip = lambda m: {k: v for k, v in m.items() if k != "time_to_done_s"}  # noqa: E731

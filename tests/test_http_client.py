@@ -97,7 +97,11 @@ def fixed(*replies: bytes, keep=False):
     """A handler sending the n-th of ``replies`` (the last one once they run out)."""
 
     def handler(conn, body, n):
-        conn.sendall(replies[min(n, len(replies) - 1)])
+        reply = replies[min(n, len(replies) - 1)]
+        if not keep and b"\r\n\r\n" in reply and b"connection:" not in reply.lower().split(b"\r\n\r\n")[0]:
+            # Say that the connection closes, so a pooling client does not race the close by reusing it.
+            reply = reply.replace(b"\r\n", b"\r\nConnection: close\r\n", 1)
+        conn.sendall(reply)
         return keep
 
     return handler

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 import warnings
 from pathlib import Path
 
@@ -442,58 +441,6 @@ def test_a_killed_run_leaves_no_lock_behind(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert run(out).metrics["episodes"] == len(PLAN)  # the lock file is there, but nobody holds it
-
-
-# ---------------------------------------------------------------- the Ray backend uses the same folder
-
-
-class _FakeRay(types.ModuleType):
-    """Just enough of Ray to run ``ray_evaluate`` in this process."""
-
-    def __init__(self):
-        super().__init__("ray")
-        self.started = False
-
-    def is_initialized(self):
-        return self.started
-
-    def init(self, **kw):
-        self.started = True
-
-    def cluster_resources(self):
-        return {"CPU": 2}
-
-    def remote(self, fn):
-        return types.SimpleNamespace(remote=lambda *a: _Ref(fn(*a)))
-
-    def wait(self, refs, num_returns=1):
-        return refs[:num_returns], refs[num_returns:]
-
-    def get(self, ref):
-        return ref.value
-
-
-class _Ref:
-    def __init__(self, value):
-        self.value = value
-
-
-def test_ray_backend_follows_the_same_folder_rules(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ray", _FakeRay())
-    from tau_env.harness.ray_backend import ray_evaluate
-
-    out = tmp_path / "run"
-    run(out, trials=1)
-    run(tmp_path / "oracle", OracleAgent, trials=1)
-    with pytest.raises(ResultsFolderError, match=r'other settings: agent: "OracleAgent" in the folder, "NoopAgent"'):
-        ray_evaluate(ENV, NoopAgent, ScriptedUser, task_ids=IDS, trials=1, out_dir=tmp_path / "oracle")
-    with open(out / "trajectories.jsonl", "ab") as f:
-        f.write(b"{}\n" + (out / "trajectories.jsonl").read_bytes().splitlines()[0] + b"\n")
-    with pytest.warns(UserWarning, match="skipped 2 records"):
-        r = ray_evaluate(ENV, NoopAgent, ScriptedUser, task_ids=IDS, trials=TRIALS, out_dir=out, chunk_size=1)
-    assert [(x.task_id, x.trial) for x in r.results] == PLAN
-    assert json.loads((out / "config.json").read_text())["resumed_episodes"] == 3
-    assert not (out / LOCK_NAME).exists()
 
 
 # ---------------------------------------------------------------- any text

@@ -9,12 +9,14 @@ from pettingzoo.test import api_test
 
 import tau_env
 from tau_env import call, say
-from tau_env.error import DomainError
+from tau_env.error import DomainError, InvalidOptionError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DATA = SHARED / "tau3_banking"
 REFERENCE = SHARED / "tau3_banking_golden" / "tool_reference.json"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
+#: The benchmark's tools that can write and then raise; their writes stay, as in the benchmark.
+WRITE_THEN_RAISE = {"file_credit_card_transaction_dispute_4829", "deposit_check_3847", "get_card_last_4_digits"}
 
 
 def test_missing_data_dir_says_what_to_do(monkeypatch):
@@ -42,7 +44,7 @@ def test_env_var_and_unknown_retrieval(monkeypatch):
     monkeypatch.setenv("TAU3_BANKING_DATA", str(DATA))
     env = tau_env.make("tau3-banking")
     assert len(env.domain.tasks) == 97 and len(env.domain.documents) == 698
-    with pytest.raises(DomainError, match="Unknown tau3-banking retrieval configuration 'bm52'"):
+    with pytest.raises(InvalidOptionError, match=r"^make\('tau3-banking'\): Unknown retrieval configuration 'bm52'"):
         tau_env.make("tau3-banking", retrieval="bm52")
 
 
@@ -224,6 +226,10 @@ def test_llm_style_garbage_never_escapes_and_failed_calls_change_nothing(env):
         env.step(action)
         result = env.trajectory[-1]["tool_results"][0]
         if result["error"]:
-            assert env.db_digest() == before and result["content"].startswith("Error")
+            assert result["content"].startswith("Error")
+            # Only the tools that write and then raise in the benchmark keep a write on error
+            # (docs/tau3_banking.md, defects table; tests/test_tau3_write_then_raise.py).
+            if name not in WRITE_THEN_RAISE:
+                assert env.db_digest() == before
 
     run()

@@ -95,10 +95,6 @@ def test_user_tool_with_a_list_id_keeps_its_call_log(domain):
     assert res.content == "Error: Account '7.0' not found."  # a number id finds nothing, as a dict lookup
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tau_env rolls back a raw tool that raises (tools.Toolbox.call); the benchmark keeps the write",
-)
 def test_dispute_with_a_text_refund_amount_keeps_its_row_as_in_the_benchmark(domain):
     """A ValueError (not a TypeError) escapes call_discoverable_agent_tool: an error, but the row stays."""
     db, call = _episode(domain, "task_031")

@@ -15,6 +15,7 @@ from tau_env.domains.tau3_banking.toolkit import (
     agent_tool,
     listing,
     query_listing,
+    shown_name,
 )
 
 TRANSFER_REASONS = [
@@ -129,7 +130,7 @@ def unlock_text(name: str) -> str:
 @agent_tool
 def give_discoverable_user_tool(self: Tau3Context, discoverable_tool_name: str, arguments: str = "{}") -> str:
     if not _user_discoverable(discoverable_tool_name):
-        return f"Error: Unknown discoverable tool '{discoverable_tool_name}'."
+        return f"Error: Unknown discoverable tool '{shown_name(discoverable_tool_name)}'."
     try:
         args = json.loads(arguments)
     except json.JSONDecodeError as e:
@@ -160,7 +161,7 @@ def give_discoverable_user_tool(self: Tau3Context, discoverable_tool_name: str, 
 @agent_tool
 def unlock_discoverable_agent_tool(self: Tau3Context, agent_tool_name: str) -> str:
     if not _agent_discoverable(agent_tool_name):
-        return f"Error: Unknown agent tool '{agent_tool_name}'. This tool is not available."
+        return f"Error: Unknown agent tool '{shown_name(agent_tool_name)}'. This tool is not available."
     self.unlocked.add(agent_tool_name)
     return unlock_text(agent_tool_name)
 
@@ -168,10 +169,10 @@ def unlock_discoverable_agent_tool(self: Tau3Context, agent_tool_name: str) -> s
 @agent_tool
 def call_discoverable_agent_tool(self: Tau3Context, agent_tool_name: str, arguments: str = "{}") -> str:
     if not _agent_discoverable(agent_tool_name):
-        return f"Error: Unknown agent tool '{agent_tool_name}'. This tool is not available."
+        return f"Error: Unknown agent tool '{shown_name(agent_tool_name)}'. This tool is not available."
     if agent_tool_name not in self.unlocked:
         return (
-            f"Error: Tool '{agent_tool_name}' has not been unlocked. You must first use "
+            f"Error: Tool '{shown_name(agent_tool_name)}' has not been unlocked. You must first use "
             "`unlock_discoverable_agent_tool` to unlock this tool before calling it."
         )
     try:

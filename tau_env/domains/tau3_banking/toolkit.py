@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from tau_env.domains.tau3_banking.store import Store
-from tau_env.tools import ToolContext
+from tau_env.messages import clip
+from tau_env.tools import MAX_ECHOED_NAME, ToolContext
 
 #: "Today" in every date the tools write.
 TODAY = "11/14/2025"
@@ -24,6 +25,14 @@ TODAY = "11/14/2025"
 NOW = datetime(2025, 11, 14, 3, 40, 0)
 #: What get_current_time returns.
 CURRENT_TIME_TEXT = "The current time is 2025-11-14 03:40:00 EST."
+
+
+def shown_name(name: Any) -> Any:
+    """A tool name the model sent, for an error text: as sent, unless it is a string longer than
+    ``MAX_ECHOED_NAME`` characters (then a prefix and its length; a deliberate difference from the
+    benchmark, which echoes any length).
+    """
+    return clip(name, MAX_ECHOED_NAME) if isinstance(name, str) else name
 
 
 def H(seed: str, n: int) -> str:  # noqa: N802 - the specification's name

@@ -16,6 +16,7 @@ from tau_env.domains.tau3_banking.toolkit import (
     executed_block,
     listing,
     money,
+    shown_name,
     user_tool,
 )
 
@@ -96,7 +97,7 @@ def submit_referral(self: Tau3Context, user_id: str, account_type: str) -> str:
 def call_discoverable_user_tool(self: Tau3Context, discoverable_tool_name: str, arguments: str = "{}") -> str:
     spec = USER_TOOLS.get(discoverable_tool_name)
     if spec is None or not spec.discoverable:
-        return f"Error: Unknown discoverable tool '{discoverable_tool_name}'."
+        return f"Error: Unknown discoverable tool '{shown_name(discoverable_tool_name)}'."
     try:
         args = json.loads(arguments, parse_int=float)  # every integer literal becomes a float
     except json.JSONDecodeError as e:
