@@ -280,7 +280,9 @@ class TauEnv(AECEnv):
         if seed is not None and (not _is_int(seed) or seed < 0):
             raise InvalidOptionError(f"seed must be an integer >= 0 or None, got {_shown(seed)}.")
         task = None
-        if options is not None:
+        if type(options) is dict and len(options) == 1 and type(options.get("task_id")) is str:
+            task = self._task(options["task_id"])  # the common case, checked without the general path
+        elif options is not None:
             if not isinstance(options, Mapping):
                 raise InvalidOptionError(
                     f"options must be a dict such as {{'task_id': 'T1'}} or None, got {_shown(options)}."

@@ -7,6 +7,7 @@ the episode's writes touched; every other table still equals s0, so its digest i
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +20,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Target:
-    """A task's cached expected state (rows of a table are loaded on the first failed grade)."""
+    """A task's cached expected state.
+
+    The explanation caches fill on the first failed grade: the target's rows of a table, the
+    task's initial digests, and the diff of each table an episode left as it started (the same
+    diff for every such episode of the task, kept as JSON text so that no caller can change it).
+    """
 
     image: bytes
     digests: dict[str, str]
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, compare=False)
+    initial_digests: dict[str, str] = field(default_factory=dict, compare=False)
+    untouched_diffs: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -68,18 +76,47 @@ class Grader:
 
     def grade(self, db: EpisodeDB, task: Task, explain: bool = True) -> Grade:
         """Compare ``db`` with the task's target; ``explain`` adds a row/field diff on failure."""
-        differing = self.differing_tables(db, task)
+        target = self.target(task)
+        actual = db.table_digests()
+        differing = [name for name, acc in actual.items() if target.digests[name] != acc]
         if not differing:
             return Grade(1.0, True)
         diff = {}
         if explain:
-            target = self.target(task)
-            missing = [name for name in differing if name not in target.rows]
-            if missing:
-                expected = EpisodeDB(self.domain.schema, target.image)
-                for name in missing:
-                    target.rows[name] = expected.rows(name)
-                expected.close()
+            self._load_explanation(task, target, differing)
+            tables = self.domain.schema.tables
             for name in differing:
-                diff[name] = diff_rows(self.domain.schema.tables[name], db.rows(name), target.rows[name])
+                if actual[name] == target.initial_digests[name]:
+                    # The episode left this table as it started: the task's cached diff applies.
+                    text = target.untouched_diffs.get(name)
+                    if text is None:
+                        d = diff_rows(tables[name], self._initial_rows(task, name), target.rows[name])
+                        try:
+                            text = json.dumps(d)
+                        except (TypeError, ValueError):  # a BLOB value: no JSON text; compute it each time
+                            text = ""
+                        target.untouched_diffs[name] = text
+                    diff[name] = json.loads(text) if text else diff_rows(tables[name], db.rows(name), target.rows[name])
+                else:
+                    diff[name] = diff_rows(tables[name], db.rows(name), target.rows[name])
         return Grade(0.0, False, differing, diff)
+
+    def _load_explanation(self, task: Task, target: Target, tables: list[str]) -> None:
+        """Fill the target's rows of ``tables`` and the task's initial digests, once each."""
+        missing = [name for name in tables if name not in target.rows]
+        if missing:
+            expected = EpisodeDB(self.domain.schema, target.image)
+            for name in missing:
+                target.rows[name] = expected.rows(name)
+            expected.close()
+        if not target.initial_digests:
+            start = self.domain.start_db(task)
+            target.initial_digests.update(start.table_digests())
+            start.close()
+
+    def _initial_rows(self, task: Task, table: str) -> list[tuple[Any, ...]]:
+        start = self.domain.start_db(task)
+        try:
+            return start.rows(table)
+        finally:
+            start.close()

@@ -480,6 +480,9 @@ class Toolbox:
     def __init__(self, tools: Iterable[Tool], unknown_tool_message: Callable[[str, list[str]], str] | None = None):
         self.unknown_tool_message = unknown_tool_message
         self.tools: dict[str, Tool] = {}
+        # Schema lists by active set, shared by every env of this toolbox: the same dicts each time,
+        # so that a client can encode them once (see ChatClient).
+        self._schemas: dict[frozenset[str], tuple[dict[str, Any], ...]] = {}
         for t in tools:
             if t.name in self.tools:
                 raise ToolDefinitionError(f"Two tools are named {t.name!r}.")
@@ -502,9 +505,12 @@ class Toolbox:
         }
 
     def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
-        """OpenAI schemas of ``names`` in the toolbox's definition order."""
-        wanted = set(names)
-        return [t.schema for n, t in self.tools.items() if n in wanted]
+        """OpenAI schemas of ``names`` in the toolbox's definition order (read them; do not change them)."""
+        wanted = frozenset(names)
+        known = self._schemas.get(wanted)
+        if known is None:
+            known = self._schemas[wanted] = tuple(t.schema for n, t in self.tools.items() if n in wanted)
+        return list(known)
 
     def call(
         self, ctx: ToolContext, seat: str, name: str, arguments: dict[str, Any] | None, strict: bool = False

@@ -203,3 +203,26 @@ def test_render_and_context_manager(domain):
     env.close()  # closing twice is fine
     with pytest.raises(InvalidOptionError, match="^render_mode must be one of"):
         TauEnv(domain, render_mode="rgb")
+
+
+def test_untouched_tables_reuse_the_tasks_diff_and_callers_cannot_change_it():
+    """A table the episode left as it started gets the task's cached diff: the same as computed afresh,
+    and a fresh copy each time (changing one grade's diff does not change the next)."""
+    from tau_env.db import diff_rows
+
+    env = tau_env.make("harbor-bank-v0")
+    task_id = "lost_card_standard_shipping"
+    grades = []
+    for _ in range(2):
+        env.reset(options={"task_id": task_id})
+        env.step(tau_env.say("###STOP###"))  # nothing done: every table the task changes is untouched
+        grades.append(env.infos["agent"]["grade"])
+        for table in grades[0]["diff"]:
+            grades[0]["diff"][table]["missing_rows"] = "tampered"
+    assert grades[0]["differing_tables"] and grades[0]["differing_tables"] == grades[1]["differing_tables"]
+    target = env.domain.grader.target(env.task)
+    start = env.domain.start_db(env.task)
+    for table in grades[1]["differing_tables"]:
+        fresh = diff_rows(env.domain.schema.tables[table], start.rows(table), target.rows[table])
+        assert fresh and fresh == grades[1]["diff"][table]
+    start.close()

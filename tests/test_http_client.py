@@ -459,3 +459,14 @@ def test_any_bytes_from_the_server_give_a_reply_or_an_infrastructure_error(scrip
     except InfrastructureError:
         return
     assert isinstance(reply, dict)
+
+
+def test_request_bodies_encode_the_same_with_the_tool_schema_cache():
+    """The cached encoding of tool schemas gives the same JSON as encoding the whole body, for the
+    same list again, for another list of the same length, and for a list with a new (changed) dict."""
+    client = ChatClient("m", "http://127.0.0.1:9/v1")
+    a = {"type": "function", "function": {"name": "a", "description": 'é \\ud83d "q"', "parameters": {}}}
+    b = {"type": "function", "function": {"name": "b", "description": "B", "parameters": {"type": "object"}}}
+    for tools in ([a, b], [a, b], [b, a], [a], [{**a, "function": {**a["function"], "name": "a2"}}, b]):
+        req = client.request(MESSAGES, tools, seed=3)
+        assert json.loads(client._encode(req)) == json.loads(json.dumps(req))

@@ -126,13 +126,14 @@ class ChatClient:
         self.max_connections = max_connections
         self._openai: Any = _import_openai() if backend == "openai" else None
         self._client: Any = None  # the openai client, or our connection pool
+        self._tools_json: dict[tuple[int, ...], tuple[tuple[Any, ...], bytes]] = {}
 
     def __getstate__(self) -> dict[str, Any]:  # for Ray workers: no module, no open connections
-        return {k: v for k, v in self.__dict__.items() if k not in ("_openai", "_client", "_headers")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_openai", "_client", "_headers", "_tools_json")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = {"backend": "openai", "max_connections": 1024} | state  # pickles from before the lean client
-        self.__dict__.update(state, _client=None)
+        self.__dict__.update(state, _client=None, _tools_json={})
         self._openai = _import_openai() if self.backend == "openai" else None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ChatClient:
@@ -193,7 +194,7 @@ class ChatClient:
         if self.backend == "openai":
             o = self._openai
             send, retryable = self._post_openai, (o.APIConnectionError, o.InternalServerError, o.RateLimitError)
-        data = json.dumps(body, separators=(",", ":")).encode() if self.backend == "http" else body
+        data = self._encode(body) if self.backend == "http" else body
         delay = self.backoff
         last: Exception | None = None
         for attempt in range(self.retries + 1):
@@ -221,6 +222,24 @@ class ChatClient:
         if key is not None:
             self.cache.store(key, message)
         return message
+
+    def _encode(self, body: dict[str, Any]) -> bytes:
+        """The request body as JSON bytes. The tool schemas (most of a request's bytes, and the same
+        objects turn after turn: an env hands out its toolbox's shared schema dicts) are encoded once
+        per list of schema objects; change a schema by passing a new dict, never in place.
+        """
+        tools = body.get("tools")
+        if not tools:
+            return json.dumps(body, separators=(",", ":")).encode()
+        key = tuple(map(id, tools))
+        hit = self._tools_json.get(key)
+        if hit is None:
+            if len(self._tools_json) >= 256:
+                self._tools_json.clear()
+            # The entry keeps the schema objects alive, so their ids cannot be reused by others.
+            hit = self._tools_json[key] = (tuple(tools), json.dumps(tools, separators=(",", ":")).encode())
+        rest = json.dumps({k: v for k, v in body.items() if k != "tools"}, separators=(",", ":")).encode()
+        return b'{"tools":' + hit[1] + b"," + rest[1:]
 
     async def _post_http(self, data: bytes) -> tuple[Any, Any]:
         if self._client is None:
