@@ -15,7 +15,7 @@ from typing import Any
 
 from tau_env.db import EpisodeDB, Patch, Schema, apply_patch, build_image
 from tau_env.error import DomainError, TaskFileError, UnknownTaskError, did_you_mean
-from tau_env.knowledge import Document, KnowledgeBase
+from tau_env.knowledge import Document, KnowledgeBase, load_documents
 from tau_env.knowledge.tools import RETRIEVAL_CONFIGS, knowledge_tools
 from tau_env.tasks import Task, json_path, load_tasks, read_json_file, read_text_file, type_name
 from tau_env.tools import Tool, Toolbox, ToolContext, ToolResult
@@ -248,7 +248,7 @@ def load_domain_dir(path: str | Path, tools: Sequence[Tool], **overrides: Any) -
         schema=schema,
         seed=seed,
         tools=list(tools),
-        documents=_documents(root / "documents"),
+        documents=load_documents(root / "documents"),
         policy=read_text_file(root / "policy.md"),
         tasks=tasks,
         user_guidelines=read_text_file(guidelines) if guidelines.exists() else "",
@@ -335,36 +335,3 @@ def _check_rows(schema: Schema, seed: Any, seed_file: Path, tasks: Sequence[Task
                 conn.execute("RELEASE task")
     finally:
         conn.close()
-
-
-def _documents(folder: Path) -> list[Document]:
-    """The documents of a domain folder, sorted by file name, each checked.
-
-    ``*.md``: ``# Title`` on the first line, the file stem as id; ``*.json``: ``{"id", "title", "content"}``.
-    """
-    if not folder.is_dir():
-        raise DomainError(f"{folder}: expected a folder of *.md or *.json documents, found none.")
-    docs: list[Document] = []
-    origin: dict[str, Path] = {}
-    for p in sorted(folder.iterdir()):
-        if p.suffix == ".md":
-            first, _, rest = read_text_file(p).partition("\n")
-            if not first.startswith("# "):
-                raise DomainError(f"{p}: a markdown document must start with '# Title' on its first line.")
-            doc = Document(p.stem, first[2:].strip(), rest.strip())
-        elif p.suffix == ".json":
-            d = read_json_file(p)
-            if not isinstance(d, dict):
-                raise DomainError(f"{p}: expected an object with 'id', 'title' and 'content', got {type_name(d)}.")
-            for key in ("id", "title", "content"):
-                if not isinstance(d.get(key), str):
-                    got = "nothing" if key not in d else type_name(d[key])
-                    raise DomainError(f"{p}: {key}: expected a string, got {got}.")
-            doc = Document(d["id"], d["title"], d["content"])
-        else:
-            continue
-        if doc.id in origin:
-            raise DomainError(f"{p}: document id {doc.id!r} is also the id of {origin[doc.id]}.")
-        origin[doc.id] = p
-        docs.append(doc)
-    return docs

@@ -131,3 +131,29 @@ def test_dense_retrieval_config_in_env(monkeypatch):
     env.step(call("search_documents_hybrid", query="restock items", k=2))
     out = env.observe("agent")["messages"][-1]["content"]
     assert out.startswith("[restock_policy] Restocking")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("a.md", b"# T\n\xff\xfe", r"a\.md: not valid UTF-8 at byte 4"),
+        ("a.json", b'{"id": "A", "title": "T"', r"a\.json: "),
+        ("a.json", b"[1, 2]", r"a\.json: expected an object with 'id', 'title' and 'content', got (a list|array)"),
+        ("a.json", b'{"id": 7, "title": "T", "content": "C"}', r"a\.json: id: expected a string"),
+    ],
+)
+def test_load_documents_names_the_file_of_any_problem(tmp_path, name, data, message):
+    from tau_env.error import DomainError
+
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(DomainError, match=message):
+        load_documents(tmp_path)
+
+
+def test_load_documents_refuses_two_documents_with_one_id(tmp_path):
+    from tau_env.error import DomainError
+
+    (tmp_path / "a.md").write_text("# T\n\nx")
+    (tmp_path / "b.json").write_text('{"id": "a", "title": "T", "content": "C"}')
+    with pytest.raises(DomainError, match=r"b\.json: document id 'a' is also the id of .*a\.md"):
+        load_documents(tmp_path)

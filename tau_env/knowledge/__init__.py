@@ -9,7 +9,6 @@ results are deterministic. Embedding search needs the ``embed`` extra.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import pickle
 import re
@@ -76,26 +75,40 @@ class SearchHit:
 
 
 def load_documents(path: str | Path) -> list[Document]:
-    """Load documents from a folder of ``*.md`` (title = first ``# `` line, id = file stem) and
-    ``*.json`` (``{"id", "title", "content"}``) files, sorted by file name.
+    """The documents of a folder, sorted by file name, each checked.
+
+    ``*.md``: ``# Title`` on the first line, the file stem as id; ``*.json``: ``{"id", "title",
+    "content"}``. Any problem (not a folder, unreadable, not UTF-8, not JSON, a missing or
+    mistyped field, two documents with one id) raises a :class:`DomainError` naming the file.
     """
-    root = Path(path)
-    if not root.is_dir():
-        raise DomainError(f"Expected a folder of documents at {root}, found none.")
-    docs = []
-    for p in sorted(root.iterdir()):
+    from tau_env.tasks import read_json_file, read_text_file, type_name
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise DomainError(f"{folder}: expected a folder of *.md or *.json documents, found none.")
+    docs: list[Document] = []
+    origin: dict[str, Path] = {}
+    for p in sorted(folder.iterdir()):
         if p.suffix == ".md":
-            text = p.read_text(encoding="utf-8")
-            first, _, rest = text.partition("\n")
+            first, _, rest = read_text_file(p).partition("\n")
             if not first.startswith("# "):
-                raise DomainError(f"{p.name}: a markdown document must start with '# Title'.")
-            docs.append(Document(p.stem, first[2:].strip(), rest.strip()))
+                raise DomainError(f"{p}: a markdown document must start with '# Title' on its first line.")
+            doc = Document(p.stem, first[2:].strip(), rest.strip())
         elif p.suffix == ".json":
-            d = json.loads(p.read_text(encoding="utf-8"))
-            try:
-                docs.append(Document(str(d["id"]), str(d["title"]), str(d["content"])))
-            except KeyError as e:
-                raise DomainError(f"{p.name}: a JSON document needs 'id', 'title' and 'content'; missing {e}.") from e
+            d = read_json_file(p)
+            if not isinstance(d, dict):
+                raise DomainError(f"{p}: expected an object with 'id', 'title' and 'content', got {type_name(d)}.")
+            for key in ("id", "title", "content"):
+                if not isinstance(d.get(key), str):
+                    got = "nothing" if key not in d else type_name(d[key])
+                    raise DomainError(f"{p}: {key}: expected a string, got {got}.")
+            doc = Document(d["id"], d["title"], d["content"])
+        else:
+            continue
+        if doc.id in origin:
+            raise DomainError(f"{p}: document id {doc.id!r} is also the id of {origin[doc.id]}.")
+        origin[doc.id] = p
+        docs.append(doc)
     return docs
 
 
