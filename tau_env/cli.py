@@ -190,6 +190,7 @@ def _llm(args: argparse.Namespace, seat: str) -> Any:
         timeout=args.timeout,
         retries=args.retries,
         cache=cache,
+        backend=args.client,
     )
     return LLMAgent(client, strip_reasoning=args.strip_reasoning) if seat == "agent" else LLMUser(client)
 
@@ -347,6 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=_int(1), default=1024, help="per-turn token cap of model replies")
     s.add_argument("--timeout", type=_float(positive=True), default=120.0, help="seconds per model request")
     s.add_argument("--retries", type=_int(0), default=3, help="retries of a failed model request")
+    s.add_argument(
+        "--client",
+        choices=("http", "openai"),
+        default="http",
+        help="HTTP transport to model servers: tau_env's lean keep-alive client (default) or the openai package",
+    )
     s.add_argument("--strip-reasoning", action="store_true", help="drop the agent's reasoning from its history")
     s.add_argument(
         "--cache", type=_path, help="user-simulator response cache file (default: ~/.cache/tau_env/responses.sqlite)"

@@ -1,7 +1,12 @@
+import errno
 import json
+import re
 import subprocess
 import sys
 
+import pytest
+
+from tau_env import cli
 from tau_env.cli import main
 
 
@@ -52,10 +57,10 @@ def test_import_is_light():
     assert r.returncode == 0 and r.stdout.strip() == "[]"
 
 
-def test_eval_with_model_servers_and_export_sft(tmp_path, capsys, monkeypatch):
-    import pytest
-
-    pytest.importorskip("openai")
+@pytest.mark.parametrize("client", ["http", "openai"])
+def test_eval_with_model_servers_and_export_sft(tmp_path, capsys, monkeypatch, client):
+    if client == "openai":
+        pytest.importorskip("openai")
     from tau_env.testing import FakeOpenAI, own_turns, seat_of, text, tool
 
     def script(req):
@@ -94,6 +99,8 @@ def test_eval_with_model_servers_and_export_sft(tmp_path, capsys, monkeypatch):
             "--out",
             str(out),
             "--quiet",
+            "--client",
+            client,
         ]
         assert main(args) == 0
     printed = capsys.readouterr().out
@@ -149,12 +156,6 @@ def test_export_sft_parquet(tmp_path):
 
 # -- user errors: one line on stderr, "tau-env: ...", exit status 2, never a traceback ------------------
 
-import errno  # noqa: E402
-import re  # noqa: E402
-
-import pytest  # noqa: E402
-
-from tau_env import cli  # noqa: E402
 
 TASK = "wire_preferred"
 
