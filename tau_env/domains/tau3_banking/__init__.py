@@ -32,7 +32,7 @@ from tau_env.knowledge.tools import unknown_retrieval
 from tau_env.tasks import Task
 from tau_env.tools import Tool, Toolbox, raw_tool
 
-__all__ = ["Tau3Domain", "load", "check_retrieval", "RETRIEVAL"]
+__all__ = ["Tau3Domain", "load", "check_retrieval"]
 
 
 def _not_found(name: str, active: list[str]) -> str:
