@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,6 +196,43 @@ def build_image(
     return image
 
 
+class savepoint:  # lower case: used like a function, ``with savepoint(conn):``
+    """Run a block in an SQLite savepoint: ``with savepoint(conn, keep=...):``.
+
+    Any exception leaving the block (``KeyboardInterrupt`` included) rolls every change of the
+    block back and propagates. A block that ends otherwise (``return`` included) keeps its
+    changes if ``keep`` and rolls them back if not (a read that must leave no trace); the block
+    may set ``keep`` on the object ``with ... as sp`` gives it (a failure reported as a value
+    rather than raised: ``sp.keep = False; return error``). Savepoints nest; the
+    connection must be in autocommit mode (``isolation_level=None``, as :func:`_connect` makes
+    it), so that a savepoint outside a transaction starts one and ``RELEASE`` commits it.
+
+    A small class rather than a ``@contextmanager`` generator, which costs more: it runs on every
+    tool call.
+
+    Args:
+        conn: The connection.
+        name: The savepoint's name: a fixed SQL identifier from code (never model text).
+        keep: Whether a block that ends normally keeps its changes.
+    """
+
+    __slots__ = ("conn", "name", "keep")
+
+    def __init__(self, conn: sqlite3.Connection, name: str = "tau_call", *, keep: bool = True):
+        self.conn = conn
+        self.name = name
+        self.keep = keep
+
+    def __enter__(self) -> savepoint:
+        self.conn.execute(f"SAVEPOINT {self.name}")
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None or not self.keep:
+            self.conn.execute(f"ROLLBACK TO {self.name}")
+        self.conn.execute(f"RELEASE {self.name}")
+
+
 def combine_digests(table_digests: Mapping[str, str]) -> str:
     h = hashlib.sha256()
     for name in sorted(table_digests):
@@ -256,17 +292,11 @@ class EpisodeDB:
     def close(self) -> None:
         self.conn.close()
 
-    @contextmanager
-    def savepoint(self, name: str = "tau_call") -> Iterator[None]:
-        """Run a block atomically: any exception rolls every change of the block back."""
-        self.conn.execute(f"SAVEPOINT {name}")
-        try:
-            yield
-        except BaseException:
-            self.conn.execute(f"ROLLBACK TO {name}")
-            self.conn.execute(f"RELEASE {name}")
-            raise
-        self.conn.execute(f"RELEASE {name}")
+    def savepoint(self, name: str = "tau_call", *, keep: bool = True) -> savepoint:
+        """Run a block atomically on this episode's connection: ``with db.savepoint():`` (see
+        :class:`savepoint`).
+        """
+        return savepoint(self.conn, name, keep=keep)
 
     # --- reading -----------------------------------------------------------------------
     def rows(self, table: str) -> list[tuple[Any, ...]]:
