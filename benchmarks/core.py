@@ -6,10 +6,11 @@ Run from the repository root::
     python benchmarks/core.py --quick    # smoke run: every row, a few dozen calls each (seconds)
 
 Measures, on ``tau_env.make("harbor-bank-v0")`` whatever its tasks and documents are:
-reset, database tool calls (read and write, through ``Toolbox.call`` and through ``env.step``),
-BM25 search over the ~700 tau3 banking documents (read from ../shared at run time; skipped if
-absent), grading (matching and non-matching states) and memory per live episode (in a fresh
-subprocess). Prints a table, then, as its last line, one JSON object with every figure.
+reset, database tool calls (read and write; through ``env.call_tool``, the tool runtime alone,
+and through ``env.step``), BM25 search over the ~700 tau3 banking documents (read from
+../shared at run time; skipped if absent), grading (matching and non-matching states) and
+memory per live episode (in a fresh subprocess). Prints a table, then, as its last line, one
+JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import QUERIES, json_line, load_tau3_documents, machine, measure, print_table, stats  # noqa: E402
 
 import tau_env  # noqa: E402
+from tau_env.error import ResetNeeded  # noqa: E402
 from tau_env.messages import call, say  # noqa: E402
 
 ENV_ID = "harbor-bank-v0"
@@ -69,8 +71,10 @@ class Customer:
 
 def _agent_has(env: tau_env.TauEnv, name: str) -> bool:
     """Whether the agent can call ``name`` now (at the start of an episode before any reset)."""
-    ctx = getattr(env, "_ctx", None)
-    return name in (ctx.active["agent"] if ctx is not None else env.toolbox.initial_active()["agent"])
+    try:
+        return name in env.active_tools("agent")
+    except ResetNeeded:
+        return name in env.toolbox.initial_active()["agent"]
 
 
 def find_customer(env: tau_env.TauEnv) -> Customer | None:
@@ -91,11 +95,8 @@ def find_customer(env: tau_env.TauEnv) -> Customer | None:
             digits = "".join(ch for ch in str(phone) if ch.isdigit())
             if len(digits) < 4:
                 continue
-            res = env.toolbox.call(
-                env._ctx,
-                "agent",
-                "verify_identity",
-                {"customer_id": cid, "date_of_birth": dob, "phone_last4": digits[-4:]},
+            res = env.call_tool(
+                "agent", "verify_identity", {"customer_id": cid, "date_of_birth": dob, "phone_last4": digits[-4:]}
             )
             if res.error:
                 continue
@@ -135,7 +136,7 @@ def start_episode(env: tau_env.TauEnv, cust: Customer | None, task_id: str | Non
     """Reset to the customer's task (or ``task_id``) and verify the customer (untimed setup)."""
     env.reset(options={"task_id": task_id or (cust.task_id if cust else env.domain.tasks[0].id)})
     if cust is not None:
-        res = env.toolbox.call(env._ctx, "agent", "verify_identity", cust.verify_args)
+        res = env.call_tool("agent", "verify_identity", cust.verify_args)
         assert not res.error, res.content
 
 
@@ -307,7 +308,7 @@ def main() -> None:
 
     def reset_first_call() -> None:
         env.reset(options={"task_id": cust.task_id})
-        env.toolbox.call(env._ctx, "agent", "list_accounts", {"customer_id": cust.customer_id})
+        env.call_tool("agent", "list_accounts", {"customer_id": cust.customer_id})
 
     if cust is not None and _agent_has(env, "list_accounts"):
         record("reset_first_call", "reset + first list_accounts call", timed(reset_first_call, 10000))
@@ -322,7 +323,7 @@ def main() -> None:
     def new_env() -> None:
         e = tau_env.make(ENV_ID)
         e.reset(options={"task_id": cust.task_id if cust else tasks[0].id})
-        e.toolbox.call(e._ctx, "agent", *first_call)
+        e.call_tool("agent", *first_call)
         e.close()
 
     record("new_env", f"make + reset + first {first_call[0]} (new env)", timed(new_env, 1500, warmup=50))
@@ -330,16 +331,15 @@ def main() -> None:
     # tool calls -----------------------------------------------------------------------------
     if cust is not None:
         start_episode(env, cust)
-        box = env.toolbox
         cid = cust.customer_id
         if _agent_has(env, "list_accounts"):
             read_args = {"customer_id": cid}
-            res = box.call(env._ctx, "agent", "list_accounts", read_args)
+            res = env.call_tool("agent", "list_accounts", read_args)
             assert not res.error, res.content
             record(
                 "tool_call_read",
                 "tool call, read (list_accounts)",
-                timed(lambda: box.call(env._ctx, "agent", "list_accounts", read_args), 20000, warmup=1000),
+                timed(lambda: env.call_tool("agent", "list_accounts", read_args), 20000, warmup=1000),
             )
             fig["tool_call_us_median"] = fig["tool_call_read_us_median"]
             fig["tool_call_us_p99"] = fig["tool_call_read_us_p99"]
@@ -350,7 +350,7 @@ def main() -> None:
 
             def update() -> None:
                 j[0] ^= 1
-                r = box.call(env._ctx, "agent", "update_contact_info", emails[j[0]])
+                r = env.call_tool("agent", "update_contact_info", emails[j[0]])
                 if r.error:
                     raise RuntimeError(r.content)
 
@@ -380,7 +380,7 @@ def main() -> None:
 
             def transfer_call(i: list[int] = [0]) -> None:  # noqa: B006
                 i[0] += 1
-                r = box.call(env._ctx, "agent", "transfer_funds", legs[(i[0] // 2) % len(legs)][i[0] % 2])
+                r = env.call_tool("agent", "transfer_funds", legs[(i[0] // 2) % len(legs)][i[0] % 2])
                 if r.error:
                     raise RuntimeError(r.content)
 
@@ -473,7 +473,7 @@ def main() -> None:
             ),
         ):
             if a is not None and _agent_has(env, name):
-                writes += not env.toolbox.call(env._ctx, "agent", name, a).error
+                writes += not env.call_tool("agent", name, a).error
     fig["grade_mismatch_writes"] = writes
     g = grader.grade(env.db, task)
     if g.db_match:

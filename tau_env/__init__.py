@@ -13,16 +13,18 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from tau_env import domains as _domains  # noqa: F401  (registers the built-in domains)
+from tau_env import error as error  # the exceptions, e.g. tau_env.error.InvalidOptionError
 from tau_env.agents import NoopAgent, OracleAgent, RandomAgent
 from tau_env.checker import check_domain, check_task
 from tau_env.db import EpisodeDB, Schema
 from tau_env.domain import Domain, load_domain_dir
-from tau_env.env import EpisodeSnapshot, TauEnv
+from tau_env.env import EpisodeSnapshot, TauEnv, TerminationReason
 from tau_env.error import InfrastructureError, ToolError
 from tau_env.grading import Grade, Grader
 from tau_env.harness import EpisodeResult, aevaluate, arun_episode, evaluate, pass_hat_k, run_episode
 from tau_env.knowledge import Document, KnowledgeBase
 from tau_env.messages import OUT_OF_SCOPE, STOP, TRANSFER, assistant_message, call, say, tool_call
+from tau_env.policy import AsyncPolicy, Observation, Policy
 from tau_env.registry import EnvSpec, make, register, registry
 from tau_env.tasks import Action, Scenario, Task, load_tasks, save_tasks
 from tau_env.tools import Tool, Toolbox, ToolContext, tool
@@ -35,6 +37,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "Action",
+    "AsyncPolicy",
     "Document",
     "Domain",
     "EnvSpec",
@@ -47,7 +50,9 @@ __all__ = [
     "KnowledgeBase",
     "NoopAgent",
     "OUT_OF_SCOPE",
+    "Observation",
     "OracleAgent",
+    "Policy",
     "RandomAgent",
     "STOP",
     "Scenario",
@@ -56,6 +61,7 @@ __all__ = [
     "TRANSFER",
     "Task",
     "TauEnv",
+    "TerminationReason",
     "Tool",
     "ToolContext",
     "ToolError",

@@ -1,5 +1,6 @@
 """Policies for the agent seat: an oracle that performs the reference actions, a random fuzzer,
-and a do-nothing baseline. Each is a callable ``obs -> action`` with ``reset(task, seed)``.
+and a do-nothing baseline. Each is a :class:`~tau_env.policy.Policy`: a callable
+``obs -> action`` with ``reset(task, seed)``.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from tau_env.messages import Message, assistant_message, say, tool_call
+from tau_env.policy import Observation, Policy
 from tau_env.tasks import Task
 
 
-class OracleAgent:
+class OracleAgent(Policy):
     """Performs the task's reference actions A* in order, one tool call per step.
 
     When the next reference action is the user's, it asks the user to perform it (naming the
@@ -32,7 +34,7 @@ class OracleAgent:
         self._asked = False
         self._n = 0
 
-    def __call__(self, obs: dict[str, Any]) -> Message:
+    def __call__(self, obs: Observation) -> Message:
         self._n += 1
         while self._i < len(self._actions):
             a = self._actions[self._i]
@@ -50,17 +52,17 @@ class OracleAgent:
         return say(self.done_text)
 
 
-class NoopAgent:
+class NoopAgent(Policy):
     """Never calls a tool; politely declines. A do-nothing baseline that must score 0 on every task needing a write."""
 
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         pass
 
-    def __call__(self, obs: dict[str, Any]) -> Message:
+    def __call__(self, obs: Observation) -> Message:
         return say("I'm sorry, I can't help with that today.")
 
 
-class RandomAgent:
+class RandomAgent(Policy):
     """A fuzzer: random text, random calls to active and invented tools, with well-formed,
     ill-typed, missing, extra, huge and hostile arguments. Seeded by ``reset(seed=...)``.
     """
@@ -110,7 +112,7 @@ class RandomAgent:
             return [self._value(schema.get("items", {})) for _ in range(int(r.integers(0, 3)))]
         return "".join(chr(int(c)) for c in r.integers(32, 0x2FF, size=int(r.integers(0, 20))))
 
-    def __call__(self, obs: dict[str, Any]) -> Message:
+    def __call__(self, obs: Observation) -> Message:
         r = self.rng
         tools = obs.get("tools") or []
         if r.random() < self.p_text or not tools:

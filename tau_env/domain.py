@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tau_env.db import EpisodeDB, Patch, Schema, apply_patch, build_image
 from tau_env.error import DomainError, TaskFileError, UnknownTaskError, did_you_mean
@@ -49,6 +49,15 @@ class Domain:
         greeting: The agent's fixed first message, or None to let the user speak first.
         retrieval: Default retrieval configuration (see ``RETRIEVAL_CONFIGS``).
         user_guidelines: How a simulated user should behave; prepended to its scenario.
+        max_steps: Default step budget of an episode.
+        agent_requestor: How replay records name the agent seat.
+
+    Built from those (not arguments): ``kb`` (the :class:`~tau_env.KnowledgeBase` of ``documents``),
+    ``task_index`` (task id -> task) and ``grader``. The caches of per-task initial images and of
+    toolboxes per retrieval configuration are filled on first use; they are not arguments, not
+    shown in ``repr`` and not compared by ``==``.
+
+    Hook for subclasses: ``prompt_depends_on_task`` (class attribute), see below.
     """
 
     name: str
@@ -65,8 +74,16 @@ class Domain:
     max_steps: int = 100
     #: How replay records name the agent seat (a benchmark may call it "assistant").
     agent_requestor: str = "agent"
-    _images: dict[str, bytes] = field(default_factory=dict, repr=False)
-    _toolboxes: dict[str, Toolbox] = field(default_factory=dict, repr=False)
+    #: Serialized initial state of each task with an initial state (see ``image``).
+    _images: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: Toolbox of each retrieval configuration (see ``toolbox``).
+    _toolboxes: dict[str, Toolbox] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    #: Whether ``system_prompt`` depends on its ``task`` argument. False (the default): an env
+    #: builds the agent's prompt once per retrieval configuration and reuses it for every task.
+    #: A subclass whose ``system_prompt(retrieval, task)`` reads the task (e.g. puts the task's
+    #: documents in the prompt) sets it True, and the env builds the prompt at every ``reset``.
+    prompt_depends_on_task: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self.kb = KnowledgeBase(self.documents)

@@ -9,6 +9,7 @@ import pickle
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -31,15 +32,17 @@ from tau_env.grading import Grade
 from tau_env.messages import (
     OUT_OF_SCOPE,
     TRANSFER,
+    Message,
     ParsedCall,
     clip,
     is_end_message,
     normalize_action,
     parse_tool_calls,
 )
+from tau_env.policy import Observation
 from tau_env.spaces import MessageSpace, observation_space
 from tau_env.tasks import Task
-from tau_env.tools import ToolResult
+from tau_env.tools import Toolbox, ToolResult
 
 AGENT = "agent"
 USER = "user"
@@ -47,6 +50,33 @@ SEATS = (AGENT, USER)
 _OTHER = {AGENT: USER, USER: AGENT}
 #: Keys snapshots with this process's envs: a snapshot restores only in the process that took it.
 _SNAPSHOT_KEY = os.urandom(32)
+
+
+class TerminationReason(StrEnum):
+    """Why an episode ended: ``env.termination_reason``, ``infos[seat]["termination_reason"]`` and
+    the ``termination_reason`` of an :class:`~tau_env.EpisodeResult`.
+
+    A ``str`` enum: each member equals (``==``, hashing, ``json.dumps``, ``str()``, f-strings) its
+    value, the plain string that results folders store, so records of earlier versions read the
+    same. ``env.end_episode(reason)`` also accepts a caller's own reason string, kept as given.
+    """
+
+    #: The user's message contained ``###STOP###``: the conversation is over (terminated).
+    USER_STOP = "user_stop"
+    #: The user's message contained ``###TRANSFER###``, or the agent's transfer tool succeeded (terminated).
+    TRANSFER = "transfer"
+    #: The user's message contained ``###OUT-OF-SCOPE###`` (terminated).
+    OUT_OF_SCOPE = "out_of_scope"
+    #: The step budget ``max_steps`` ran out (truncated, reward 0).
+    MAX_STEPS = "max_steps"
+    #: The harness ended the episode: the agent repeated one action ``loop_limit`` times (truncated, reward 0).
+    LOOP = "loop"
+    #: The harness gave up on the episode: the model server kept failing (not scored).
+    INFRASTRUCTURE_ERROR = "infrastructure_error"
+
+
+#: How an end marker in the user's text ends the episode.
+_MARKER_ENDINGS = {TRANSFER: TerminationReason.TRANSFER, OUT_OF_SCOPE: TerminationReason.OUT_OF_SCOPE}
 
 
 class _ResetNeededAttribute(ResetNeeded, AttributeError):
@@ -73,6 +103,14 @@ class _EpisodeAttribute:
         if obj.__dict__.get("_closed", False):
             raise _ClosedAttribute(f"This env was closed before any episode; env.{self.name} does not exist.")
         raise _ResetNeededAttribute(f"Call reset() before reading env.{self.name}.")
+
+
+def _reason(reason: str) -> TerminationReason | str:
+    """``reason`` as a :class:`TerminationReason` when it is one's value, else as given."""
+    try:
+        return TerminationReason(reason)
+    except ValueError:
+        return reason
 
 
 def _is_int(x: Any) -> bool:
@@ -113,7 +151,7 @@ class EpisodeSnapshot:
         return f"EpisodeSnapshot(task_id={self.task_id!r}, num_steps={self.num_steps}, {len(self.image)} bytes)"
 
 
-class TauEnv(AECEnv):
+class TauEnv(AECEnv[str, Observation, Message | None]):
     """A conversation between an agent and a user over one task's database.
 
     Two seats, ``"agent"`` and ``"user"``, take turns. An action is an OpenAI-style assistant
@@ -164,9 +202,64 @@ class TauEnv(AECEnv):
         task_ids: Restrict the tasks ``reset`` may pick without ``options``.
         strict_tools: Re-raise exceptions from buggy domain tools instead of reporting them to the model.
         render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+
+    Attributes:
+        domain: The :class:`~tau_env.Domain` played (shared, not copied, by forks).
+        max_steps: Step budget of an episode.
+        retrieval: The knowledge-tool configuration in use.
+        toolbox: The tools of both seats for ``retrieval`` (shared by the domain's envs).
+        system_prompt: The agent's system prompt for ``retrieval`` (without a task).
+        task_pool: Ids of the tasks ``reset`` draws from without ``options``.
+        strict_tools: Whether buggy domain tools re-raise.
+        render_mode: ``"ansi"``, ``"human"`` or None.
+        possible_agents: ``["agent", "user"]``, the seats (PettingZoo's name for them).
+        agents: The seats still in the episode: both after ``reset``, none once both have left.
+        observation_spaces: Each seat's observation space (PettingZoo).
+        action_spaces: Each seat's action space, a :class:`~tau_env.spaces.MessageSpace` (PettingZoo).
+        rewards: Each seat's reward of the last step (PettingZoo).
+        terminations: Whether the episode ended for each seat (PettingZoo).
+        truncations: Whether the episode was cut off for each seat (PettingZoo).
+        infos: Each seat's info: ``task_id``; at the end also ``termination_reason``, ``reward``,
+            ``grade`` (a dict) and ``steps``.
+        agent_selection: The seat to act (PettingZoo).
+        task: The episode's :class:`~tau_env.Task`.
+        trajectory: One event per step: ``{"step", "seat", "message"}``, plus ``"tool_results"``
+            (``tool_call_id``, ``name``, ``content``, ``error``) for a message with tool calls.
+        termination_reason: Why the episode ended (a :class:`TerminationReason`, or the caller's
+            string given to ``end_episode``); None while it runs.
+        grade_result: The :class:`~tau_env.Grade` of the final database; None while the episode runs.
+        episode_reward: The episode's reward (0.0 until the end).
+
+    The episode attributes (``task``, ``trajectory``, ``termination_reason``, ``grade_result``,
+    ``episode_reward``, ``infos``, ``agent_selection``) raise :class:`~tau_env.error.ResetNeeded`
+    before the first ``reset()``.
     """
 
     metadata = {"name": "tau_env_v0", "render_modes": ["human", "ansi"], "is_parallelizable": False}
+
+    # Declared here, set by __init__ (settings) and reset() (episode state); see "Attributes".
+    domain: Domain
+    max_steps: int
+    retrieval: str
+    toolbox: Toolbox
+    system_prompt: str
+    task_pool: list[str]
+    strict_tools: bool
+    render_mode: str | None
+    possible_agents: list[str]
+    agents: list[str]
+    observation_spaces: dict[str, spaces.Space]
+    action_spaces: dict[str, MessageSpace]
+    rewards: dict[str, float]
+    terminations: dict[str, bool]
+    truncations: dict[str, bool]
+    infos: dict[str, dict[str, Any]]
+    agent_selection: str
+    task: Task
+    trajectory: list[dict[str, Any]]
+    termination_reason: TerminationReason | str | None
+    grade_result: Grade | None
+    episode_reward: float
 
     def __init__(
         self,
@@ -201,7 +294,7 @@ class TauEnv(AECEnv):
             raise
         except ValueError as e:  # a domain's own "unknown configuration" check
             raise InvalidOptionError(str(e)) from e
-        self._prompt_is_static = not getattr(domain, "prompt_depends_on_task", False)
+        self._prompt_is_static = not domain.prompt_depends_on_task
         if task_ids is None:
             self.task_pool = [t.id for t in domain.tasks]
         elif isinstance(task_ids, (str, bytes)) or not all(isinstance(t, str) for t in _iterable(task_ids)):
@@ -225,11 +318,11 @@ class TauEnv(AECEnv):
         self.action_spaces = {s: MessageSpace() for s in SEATS}
         self._rng = np.random.default_rng(0)
         # PettingZoo's per-seat state: empty until reset() (no seat is live).
-        self.agents: list[str] = []
-        self.rewards: dict[str, float] = {}
-        self._cumulative_rewards: dict[str, float] = {}
-        self.terminations: dict[str, bool] = {}
-        self.truncations: dict[str, bool] = {}
+        self.agents = []
+        self.rewards = {}
+        self._cumulative_rewards = {}
+        self.terminations = {}
+        self.truncations = {}
         self._db = EpisodeDB(domain.schema)
         self._schema_cache: dict[frozenset[str], list[dict[str, Any]]] = {}
         # What a snapshot must have been taken on to restore here: domain, schema and tools.
@@ -327,7 +420,7 @@ class TauEnv(AECEnv):
         return self.domain.task(task_id)
 
     def _start(self, task: Task) -> None:
-        self.task: Task = task
+        self.task = task
         # s0: roll back to the seed image (microseconds) and apply the task's initial state.
         self._db.start(self.domain.seed_image, self.domain.initializer(task))
         self._ctx = self.domain.context(self._db, task, self.toolbox)
@@ -343,9 +436,9 @@ class TauEnv(AECEnv):
         if self.domain.greeting:
             self._views[AGENT].append({"role": "assistant", "content": self.domain.greeting})
             self._views[USER].append({"role": "user", "content": self.domain.greeting})
-        self.trajectory: list[dict[str, Any]] = []
-        self.termination_reason: str | None = None
-        self.grade_result: Grade | None = None
+        self.trajectory = []
+        self.termination_reason = None
+        self.grade_result = None
         self.episode_reward = 0.0
         # PettingZoo state: both seats live, no reward yet, the user speaks first.
         self.agents = list(SEATS)
@@ -425,7 +518,7 @@ class TauEnv(AECEnv):
         step = self._steps + 1
         calls = parse_tool_calls(msg, f"call_{step}", self._call_ids)
         event: dict[str, Any] = {"step": step, "seat": seat, "message": msg}
-        ended: str | None = None
+        ended: TerminationReason | None = None
         if calls:
             results = self._run_strict(seat, calls) if self.strict_tools else None
             view = self._views[seat]
@@ -442,7 +535,7 @@ class TauEnv(AECEnv):
                     view.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": res.content})
                     records.append({"tool_call_id": c.id, "name": c.name, "content": res.content, "error": res.error})
                     if res.ends_episode:
-                        ended = "transfer"
+                        ended = TerminationReason.TRANSFER
             except BaseException:  # not the model's doing (e.g. a broken database): the step did not happen
                 del view[len(view) - len(records) - 1 :]
                 raise
@@ -456,14 +549,14 @@ class TauEnv(AECEnv):
             if seat == USER:
                 marker = is_end_message(msg.get("content"))
                 if marker is not None:
-                    ended = {TRANSFER: "transfer", OUT_OF_SCOPE: "out_of_scope"}.get(marker, "user_stop")
+                    ended = _MARKER_ENDINGS.get(marker, TerminationReason.USER_STOP)
         self._steps = step
         self._clear_rewards()
         self.trajectory.append(event)
         if ended is not None:
             self._finish(ended, truncated=False)
         elif self._steps >= self.max_steps:
-            self._finish("max_steps", truncated=True)
+            self._finish(TerminationReason.MAX_STEPS, truncated=True)
         else:
             self.agent_selection = next_seat
         self._accumulate_rewards()
@@ -490,17 +583,22 @@ class TauEnv(AECEnv):
         conn.execute("RELEASE tau_step")
         return results
 
-    def end_episode(self, reason: str) -> None:
-        """End the live episode from outside (e.g. a harness that detected a loop): truncated, reward 0."""
+    def end_episode(self, reason: TerminationReason | str) -> None:
+        """End the live episode from outside (e.g. a harness that detected a loop): truncated, reward 0.
+
+        ``reason`` becomes ``termination_reason``: a :class:`TerminationReason` (a string equal to
+        one's value becomes that member), or the caller's own non-empty string. An episode that
+        has ended already keeps its reason.
+        """
         if not self._started:
             self._not_live("end_episode")
         if not isinstance(reason, str) or not reason:
             raise InvalidOptionError(f"end_episode needs a reason (a non-empty string), got {_shown(reason)}.")
         if self.termination_reason is None:
-            self._finish(reason, truncated=True)
+            self._finish(_reason(reason), truncated=True)
             self._accumulate_rewards()
 
-    def _finish(self, reason: str, truncated: bool) -> None:
+    def _finish(self, reason: TerminationReason | str, truncated: bool) -> None:
         grade = self.domain.grader.grade(self._db, self.task)
         reward = 0.0 if truncated else grade.reward  # a conversation cut off is not a success
         self.termination_reason = reason
@@ -521,6 +619,52 @@ class TauEnv(AECEnv):
             }
 
     # --- extras ------------------------------------------------------------------------
+    def call_tool(self, seat: str, name: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
+        """Run one tool call for ``seat`` on the episode's database, outside the conversation.
+
+        A hook for tests, benchmarks and debugging (tau2-bench's ``use_tool``): the call runs
+        exactly as a tool call of ``step`` does (the seat's active tools, argument validation, a
+        savepoint that undoes a failed or read-only call, meta tools that unlock tools,
+        ``strict_tools``), but it is not a step: no turn passes, nothing enters the trajectory or
+        the seats' chats, and a tool that ends the episode (``ends_episode`` in the result) does
+        not end it. It works on a finished episode too, e.g. to inspect the final state; the
+        episode's grade is not recomputed.
+
+        Args:
+            seat: ``"agent"`` or ``"user"``.
+            name: The tool's name.
+            arguments: The call's arguments (decoded JSON: a dict); None for none.
+
+        Returns:
+            The :class:`~tau_env.tools.ToolResult`; the model's kind of mistake (an unknown or
+            inactive tool, bad arguments, a tool error) is an ``error`` result, as in a step.
+
+        Raises:
+            InvalidOptionError: ``seat`` is not a seat, ``name`` not a string or ``arguments`` not a
+                mapping (nothing runs).
+        """
+        if not self._started:
+            self._not_live("call_tool")
+        self._seat(seat)
+        if not isinstance(name, str):
+            raise InvalidOptionError(f"call_tool needs a tool name (a str), got {_shown(name)}.")
+        if arguments is not None and type(arguments) is not dict:
+            if not isinstance(arguments, Mapping):
+                raise InvalidOptionError(
+                    f"call_tool needs the arguments as a dict (or None), got {_shown(arguments)}; "
+                    "decode JSON text first."
+                )
+            arguments = dict(arguments)
+        if self.strict_tools:
+            return self._run_strict(seat, [ParsedCall("", name, arguments, "")])[0]
+        return self.toolbox.call(self._ctx, seat, name, arguments)
+
+    def active_tools(self, seat: str) -> frozenset[str]:
+        """The names of the tools ``seat`` can call now (a copy: meta tools add to the live set)."""
+        if not self._started:
+            self._not_live("active_tools")
+        return frozenset(self._ctx.active[self._seat(seat)])
+
     @property
     def num_steps(self) -> int:
         """Steps played in this episode (equal to ``len(trajectory)``)."""

@@ -12,10 +12,14 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tau_env.env import TerminationReason
 from tau_env.error import DependencyNotInstalled, ResultsFolderError
 from tau_env.show import escape
 
-EXCLUDED_ENDINGS = frozenset({"loop", "max_steps", "infrastructure_error"})
+#: Episodes that ended so are not exported, whatever their reward (a record's plain string matches its member).
+EXCLUDED_ENDINGS = frozenset(
+    {TerminationReason.LOOP, TerminationReason.MAX_STEPS, TerminationReason.INFRASTRUCTURE_ERROR}
+)
 
 
 #: What a record needs to be read as an episode: field -> accepted JSON types.

@@ -1,11 +1,12 @@
-"""Policies for the user seat, and the user simulator's system prompt."""
+"""Policies for the user seat (:class:`~tau_env.policy.Policy`), and the user simulator's system prompt."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tau_env.messages import STOP, Message, assistant_message, say, tool_call
+from tau_env.policy import Observation, Policy
 from tau_env.tasks import Scenario, Task
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def _norm(text: str) -> str:
     return " " + re.sub(r"[^a-z0-9]+", " ", text.lower()).strip() + " "
 
 
-class ScriptedUser:
+class ScriptedUser(Policy):
     """A rule-based user that follows a task's structured scenario.
 
     - It opens with the first request, and sends the next one when the agent has answered
@@ -73,12 +74,12 @@ class ScriptedUser:
         self._next_action = 0
         self._n = 0
 
-    def _scenario_from(self, obs: dict[str, Any]) -> Scenario:
+    def _scenario_from(self, obs: Observation) -> Scenario:
         if self.scenario is None:
             self.scenario = Scenario.model_validate(obs["scenario"])
         return self.scenario
 
-    def __call__(self, obs: dict[str, Any]) -> Message:
+    def __call__(self, obs: Observation) -> Message:
         s = self._scenario_from(obs)
         self._n += 1
         messages = obs["messages"]

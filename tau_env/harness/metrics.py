@@ -12,9 +12,16 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tau_env.env import TerminationReason
 from tau_env.harness.episode import EpisodeResult
 
-INFRA = "infrastructure_error"
+#: The reason of an episode left out of the scores (equal to the string ``"infrastructure_error"``).
+INFRA = TerminationReason.INFRASTRUCTURE_ERROR
+
+
+def _plain(reason: Any) -> Any:
+    """A termination reason as the plain string (or None) that metrics.json holds."""
+    return str(reason) if isinstance(reason, TerminationReason) else reason
 
 
 def pass_hat_k(successes: Sequence[int], trials: Sequence[int], k: int) -> float:
@@ -69,7 +76,7 @@ def compute_metrics(
         "pass@1": pass1,
         "pass@1_se": se,
         "pass^k": {str(k): pass_hat_k(succ, trials, k) for k in range(1, max_k + 1)},
-        "terminations": dict(Counter(r["termination_reason"] for r in all_rows)),
+        "terminations": dict(Counter(_plain(r["termination_reason"]) for r in all_rows)),
         "mean_steps": sum(r["steps"] for r in rows) / n,
         "mean_tool_calls": sum(r["tool_calls"] for r in rows) / n,
         "mean_tool_errors": sum(r["tool_errors"] for r in rows) / n,

@@ -15,14 +15,15 @@ from typing import Any
 
 from tau_env.error import DependencyNotInstalled, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult
-from tau_env.harness.run import EvalRun, _make_env, _Run, check_settings, run_plan
+from tau_env.harness.run import EvalRun, PolicySource, _make_env, _Run, check_settings, run_plan
+from tau_env.policy import PolicyLike
 
 
 def _chunk(
     env: Any,
     make_kwargs: dict[str, Any],
-    agent_factory: Callable[[], Any],
-    user_factory: Callable[[], Any],
+    agent_factory: Callable[[], PolicyLike],
+    user_factory: Callable[[], PolicyLike],
     plan: Sequence[tuple[str, int, int]],
     concurrency: int,
     loop_limit: int | None,
@@ -40,8 +41,8 @@ def _chunk(
 
 def ray_evaluate(
     env: str | Callable[[], Any],
-    agent: Any,
-    user: Any,
+    agent: PolicySource,
+    user: PolicySource,
     *,
     task_ids: Sequence[str] | None = None,
     trials: int = 1,

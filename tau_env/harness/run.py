@@ -1,4 +1,8 @@
-"""Running many episodes: plans, fresh policies, concurrency, retries, resume, results folders."""
+"""Running many episodes: plans, fresh policies, concurrency, retries, resume, results folders.
+
+A seat's policy is given as a policy (:mod:`tau_env.policy`: copied for each episode), a class, or
+a zero-argument factory of policies (called for each episode).
+"""
 
 from __future__ import annotations
 
@@ -16,10 +20,17 @@ from tau_env.error import InfrastructureError, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult, arun_episode, episode_seed, run_episode
 from tau_env.harness.metrics import INFRA, compute_metrics, format_metrics
 from tau_env.harness.results import ResultsFolder
+from tau_env.policy import PolicyLike, is_async_policy
+
+#: A seat's policy as ``evaluate`` takes it: a policy (copied per episode), a policy class, or a
+#: zero-argument factory of policies.
+PolicySource = PolicyLike | type | Callable[[], PolicyLike]
 
 
-def _factory(policy: Any) -> Callable[[], Any]:
-    """A factory of fresh policies: a class or zero-argument function is called; an instance is copied."""
+def _factory(policy: PolicySource) -> Callable[[], PolicyLike]:
+    """A factory of fresh policies: a class or zero-argument function is called; an instance (or a
+    function of the observation) is copied.
+    """
     if isinstance(policy, type):
         return policy
     if callable(policy) and not hasattr(policy, "reset"):
@@ -120,7 +131,10 @@ def _make_env(env: str | Callable[[], TauEnv], **kwargs: Any) -> Callable[[], Ta
     return env
 
 
-def _describe(policy: Any) -> Any:
+def _describe(policy: PolicyLike) -> Any:
+    """The policy's entry in config.json: its ``describe()`` (:class:`~tau_env.policy.SupportsDescribe`)
+    or its class or function name.
+    """
     d = getattr(policy, "describe", None)
     return d() if callable(d) else getattr(policy, "__name__", type(policy).__name__)
 
@@ -135,8 +149,8 @@ class _Run:
     first: TauEnv
     plan: list[tuple[str, int, int]]  # what is left to run
     order: dict[tuple[str, int], int]  # (task, trial) -> place in the whole plan
-    new_agent: Callable[[], Any]
-    new_user: Callable[[], Any]
+    new_agent: Callable[[], PolicyLike]
+    new_user: Callable[[], PolicyLike]
     writer: _Writer
     bar: Any
     started: float = field(default_factory=time.perf_counter)
@@ -147,8 +161,8 @@ class _Run:
     def prepare(
         cls,
         env: Any,
-        agent: Any,
-        user: Any,
+        agent: PolicySource,
+        user: PolicySource,
         task_ids: Sequence[str] | None,
         trials: int,
         seed: int,
@@ -224,16 +238,14 @@ class _Run:
         return EvalRun(everything, metrics, self.writer.dir)
 
 
-def _is_async(policy_factory: Callable[[], Any]) -> bool:
-    p = policy_factory()
-    call = type(p).__call__ if callable(p) and not inspect.isfunction(p) else p
-    return hasattr(p, "aact") or inspect.iscoroutinefunction(call)
+def _is_async(policy_factory: Callable[[], PolicyLike]) -> bool:
+    return is_async_policy(policy_factory())
 
 
 def evaluate(
     env: str | Callable[[], TauEnv],
-    agent: Any,
-    user: Any,
+    agent: PolicySource,
+    user: PolicySource,
     *,
     task_ids: Sequence[str] | None = None,
     trials: int = 1,
@@ -249,8 +261,10 @@ def evaluate(
 
     Args:
         env: A registered id (``make_kwargs`` go to ``make``) or a zero-argument env factory.
-        agent: Agent policy: a class, a zero-argument factory, or an instance (copied per episode).
-            Asynchronous policies (LLM ones) are run by :func:`aevaluate` with concurrency 1.
+        agent: Agent policy (:class:`~tau_env.policy.Policy`, :class:`~tau_env.policy.AsyncPolicy`
+            or a function of the observation): a class, a zero-argument factory, or an instance
+            (copied per episode). Asynchronous policies (LLM ones) are run by :func:`aevaluate`
+            with concurrency 1.
         user: User policy, in the same forms.
         task_ids: Tasks to run (all of the env's task pool by default; a task named twice runs once).
         trials: Trials per task (an int >= 1).
@@ -298,8 +312,8 @@ def evaluate(
 
 async def aevaluate(
     env: str | Callable[[], TauEnv],
-    agent: Any,
-    user: Any,
+    agent: PolicySource,
+    user: PolicySource,
     *,
     task_ids: Sequence[str] | None = None,
     trials: int = 1,
@@ -347,8 +361,8 @@ async def aevaluate(
 
 async def run_plan(
     make_env: Callable[[], TauEnv],
-    new_agent: Callable[[], Any],
-    new_user: Callable[[], Any],
+    new_agent: Callable[[], PolicyLike],
+    new_user: Callable[[], PolicyLike],
     plan: Sequence[tuple[str, int, int]],
     concurrency: int,
     loop_limit: int | None,

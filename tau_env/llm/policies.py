@@ -1,4 +1,8 @@
-"""LLM policies for either seat, on any client with ``async complete(messages, tools, seed, usage)``."""
+"""LLM policies for either seat, on any client with ``async complete(messages, tools, seed, usage)``.
+
+Both are :class:`~tau_env.policy.AsyncPolicy` (``await policy.aact(obs)``), report their token
+``usage`` and ``describe()`` their client for the run record.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,14 @@ from typing import Any
 
 from tau_env.llm.client import ChatClient, Usage
 from tau_env.llm.parsing import strip_reasoning, to_action
+from tau_env.messages import Message
+from tau_env.policy import AsyncPolicy, Observation
 from tau_env.tasks import Task
 
 
-class _LLMPolicy:
+class _LLMPolicy(AsyncPolicy):
+    usage: Usage  #: tokens and requests of the current episode
+
     def __init__(self, client: ChatClient, *, parse_text_calls: bool = True, strip_reasoning: bool = False):
         self.client = client
         self.parse_text_calls = parse_text_calls
@@ -28,6 +36,7 @@ class _LLMPolicy:
         self._turn = 0
 
     def describe(self) -> dict[str, Any]:
+        """The policy and its client's configuration, for the run record (no key)."""
         return {"policy": type(self).__name__, "strip_reasoning": self.strip_reasoning, **self.client.describe()}
 
     def _history(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -41,7 +50,7 @@ class _LLMPolicy:
             out.append(m)
         return out
 
-    async def aact(self, obs: dict[str, Any]) -> dict[str, Any]:
+    async def aact(self, obs: Observation) -> Message:
         self._turn += 1
         reply = await self.client.complete(
             self._history(obs["messages"]), obs.get("tools") or None, self.seed, self.usage
@@ -53,7 +62,7 @@ class _LLMPolicy:
             call_prefix=f"{type(self).__name__.lower()}_{self._turn}",
         )
 
-    def __call__(self, obs: dict[str, Any]) -> Any:
+    def __call__(self, obs: Observation) -> Any:
         raise TypeError(
             f"{type(self).__name__} is asynchronous: run it with tau_env.aevaluate / arun_episode "
             "(tau_env.evaluate does this for you)."
