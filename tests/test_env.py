@@ -170,7 +170,7 @@ def test_snapshot_restore_and_fork(env):
     fork.step(call("secret_restock_1234", item_id="widget"))
     assert env.db_digest() == fork.db_digest()
     env.restore(snap)
-    assert env.num_steps == 2 and "secret_restock_1234" in env._ctx.active["agent"]
+    assert env.num_steps == 2 and "secret_restock_1234" in env.active_tools("agent")
     assert env.db_digest() == digest_at_snapshot  # restore brought the old state back
     env.restore(snap)  # a snapshot is reusable
     env.step(call("add_stock", item_id="widget", qty=1))

@@ -130,9 +130,7 @@ not_messages = st.one_of(
 
 def _verify_someone(e):
     row = e.db.conn.execute("SELECT customer_id, date_of_birth, substr(phone, -4) FROM customers").fetchone()
-    e.toolbox.call(
-        e._ctx, "agent", "verify_identity", {"customer_id": row[0], "date_of_birth": row[1], "phone_last4": row[2]}
-    )
+    e.call_tool("agent", "verify_identity", {"customer_id": row[0], "date_of_birth": row[1], "phone_last4": row[2]})
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -257,7 +257,7 @@ def test_snapshots_are_immutable(played):
     assert isinstance(snap.state, bytes) and isinstance(snap.image, bytes)  # nothing mutable to reach into
     played.step(call("secret_restock_1234", item_id="widget"))  # the live episode goes on ...
     played.restore(snap)
-    assert played.num_steps == 2 and "secret_restock_1234" in played._ctx.active["agent"]  # ... the snapshot did not
+    assert played.num_steps == 2 and "secret_restock_1234" in played.active_tools("agent")  # ... the snapshot did not
 
 
 def _forgeries(snap, other):
@@ -316,7 +316,7 @@ def test_strict_tool_bug_undoes_the_whole_message(domain):
     with pytest.raises(KeyError, match="missing"):
         env.step(msg)
     assert _live_state(env) == before and pickle.dumps(env._views) == views
-    assert "secret_restock_1234" not in env._ctx.active["agent"]
+    assert "secret_restock_1234" not in env.active_tools("agent")
     env.step(call("add_stock", item_id="widget", qty=2))  # and the episode goes on
     assert env.num_steps == len(env.trajectory) == 2
 

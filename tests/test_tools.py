@@ -2,7 +2,7 @@ from typing import Literal
 
 import pytest
 
-from tau_env import ToolError, tool
+from tau_env import TauEnv, ToolError, tool
 from tau_env.error import ToolDefinitionError
 from tau_env.tools import ArgumentError, Toolbox, parse_docstring
 
@@ -135,44 +135,44 @@ def test_parse_docstring_sections():
 
 def test_toolbox_rolls_back_failures_and_reads(env):
     env.reset(options={"task_id": "restock"})
-    box, ctx = env.toolbox, env._ctx
     d0 = env.db_digest()
-    assert box.call(ctx, "agent", "sneaky_read", {"item_id": "widget"}).content == "read"
+    assert env.call_tool("agent", "sneaky_read", {"item_id": "widget"}).content == "read"
     assert env.db_digest() == d0  # a read tool cannot change the state, even if it tries
-    r = box.call(ctx, "agent", "half_write", {"item_id": "widget"})
+    r = env.call_tool("agent", "half_write", {"item_id": "widget"})
     assert r.error and r.content == "Error: failed after writing" and env.db_digest() == d0
-    r = box.call(ctx, "agent", "buggy_write", {"item_id": "widget"})
+    r = env.call_tool("agent", "buggy_write", {"item_id": "widget"})
     assert r.error and r.internal_error and "failed internally (KeyError)" in r.content
     assert env.db_digest() == d0
-    with pytest.raises(KeyError):
-        box.call(ctx, "agent", "buggy_write", {"item_id": "widget"}, strict=True)
-    assert env.db_digest() == d0
-    r = box.call(ctx, "agent", "add_stock", {"item_id": "widget", "qty": 2})
+    with TauEnv(env.domain, strict_tools=True) as strict:
+        strict.reset(options={"task_id": "restock"})
+        with pytest.raises(KeyError):
+            strict.call_tool("agent", "buggy_write", {"item_id": "widget"})
+        assert strict.db_digest() == d0
+    r = env.call_tool("agent", "add_stock", {"item_id": "widget", "qty": 2})
     assert not r.error and r.wrote and env.db_digest() != d0
 
 
 def test_discoverable_and_handover_activation(env):
     env.reset(options={"task_id": "restock"})
-    box, ctx = env.toolbox, env._ctx
-    assert "secret_restock_1234" not in ctx.active["agent"]
-    r = box.call(ctx, "agent", "secret_restock_1234", {"item_id": "widget"})
+    assert "secret_restock_1234" not in env.active_tools("agent")
+    r = env.call_tool("agent", "secret_restock_1234", {"item_id": "widget"})
     assert r.error and "Unknown tool 'secret_restock_1234'" in r.content
-    r = box.call(ctx, "agent", "unlock_tool", {"tool_name": "secret_restock_123"})
+    r = env.call_tool("agent", "unlock_tool", {"tool_name": "secret_restock_123"})
     assert r.error and "No tool named 'secret_restock_123' can be unlocked" in r.content
-    r = box.call(ctx, "agent", "unlock_tool", {"tool_name": "secret_restock_1234"})
+    r = env.call_tool("agent", "unlock_tool", {"tool_name": "secret_restock_1234"})
     assert not r.error and "Tool: secret_restock_1234" in r.content
-    assert "secret_restock_1234" in ctx.active["agent"]
+    assert "secret_restock_1234" in env.active_tools("agent")
     # user tools: hidden from the user until handed over; the agent cannot call them at all
-    assert box.call(ctx, "user", "confirm_in_app", {"code": "A"}).error
-    assert box.call(ctx, "agent", "confirm_in_app", {"code": "A"}).error
-    assert box.call(ctx, "user", "hand_over_tool", {"tool_name": "confirm_in_app"}).error  # agent-only
-    assert not box.call(ctx, "agent", "hand_over_tool", {"tool_name": "confirm_in_app"}).error
-    assert not box.call(ctx, "user", "confirm_in_app", {"code": "A"}).error
+    assert env.call_tool("user", "confirm_in_app", {"code": "A"}).error
+    assert env.call_tool("agent", "confirm_in_app", {"code": "A"}).error
+    assert env.call_tool("user", "hand_over_tool", {"tool_name": "confirm_in_app"}).error  # agent-only
+    assert not env.call_tool("agent", "hand_over_tool", {"tool_name": "confirm_in_app"}).error
+    assert not env.call_tool("user", "confirm_in_app", {"code": "A"}).error
 
 
 def test_unknown_tool_suggests(env):
     env.reset(options={"task_id": "restock"})
-    r = env.toolbox.call(env._ctx, "agent", "get_iten", {})
+    r = env.call_tool("agent", "get_iten", {})
     assert r.error and 'Did you mean "get_item"' in r.content
 
 
