@@ -66,22 +66,23 @@ class Tool:
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Return the validated arguments (defaults filled in), or raise :class:`ArgumentError`."""
-        unknown = [k for k in arguments if k not in self.validators]
-        if unknown:
-            names = list(self.validators)
-            raise ArgumentError(
-                f"Unexpected argument '{clip(str(unknown[0]), 60)}' for tool '{self.name}'; it takes "
-                f"{names or 'no arguments'}.{suggest(str(unknown[0]), names)}"
-            )
-        missing = [k for k in self.required if k not in arguments]
-        if missing:
-            raise ArgumentError(
-                f"Missing required argument '{missing[0]}' for tool '{self.name}' "
-                f"({self.parameters['properties'][missing[0]].get('type', 'value')})."
-            )
+        validators = self.validators  # plain loops that stop at the first problem: this runs on every call
+        for k in arguments:
+            if k not in validators:
+                names = list(validators)
+                raise ArgumentError(
+                    f"Unexpected argument '{clip(str(k), 60)}' for tool '{self.name}'; it takes "
+                    f"{names or 'no arguments'}.{suggest(str(k), names)}"
+                )
+        for k in self.required:
+            if k not in arguments:
+                raise ArgumentError(
+                    f"Missing required argument '{k}' for tool '{self.name}' "
+                    f"({self.parameters['properties'][k].get('type', 'value')})."
+                )
         out = dict(self.defaults)
         for k, v in arguments.items():
-            out[k] = self.validators[k](k, v)
+            out[k] = validators[k](k, v)
         return out
 
     def describe(self) -> str:
