@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import tau_env.tools
 from tau_env import ToolError
 from tau_env.db import EpisodeDB, Schema, build_image, savepoint
-from tau_env.tools import Toolbox, ToolContext, raw_tool, tool
+from tau_env.tools import ArgumentError, Toolbox, ToolContext, raw_tool, tool
 
 # --- one savepoint for every outcome of a call ---------------------------------------------------
 
@@ -182,3 +182,67 @@ def test_the_tools_package_exports_the_names_of_the_old_module():
         assert getattr(tau_env.tools, name) is not None
     assert callable(tau_env.tools.tool) and tau_env.tools.tool.__module__ == "tau_env.tools.definition"
     assert tau_env.tools.MAX_STRING == 8192 and tau_env.tools.SEATS == ("agent", "user")
+
+
+# --- Tool.validate: the first problem in order, as before its loops were made cheaper ------------
+@tool
+def _three(ctx, name: str, count: int, note: str | None = None) -> str:
+    """Three arguments.
+
+    Args:
+        name: A name.
+        count: A count.
+        note: A note.
+    """
+    return "ok"
+
+
+def _reference_validate(t, arguments):
+    """Tool.validate as it was written before (lists of every unknown and missing argument)."""
+    from tau_env.messages import clip
+    from tau_env.tools.schema import suggest
+
+    unknown = [k for k in arguments if k not in t.validators]
+    if unknown:
+        names = list(t.validators)
+        raise ArgumentError(
+            f"Unexpected argument '{clip(str(unknown[0]), 60)}' for tool '{t.name}'; it takes "
+            f"{names or 'no arguments'}.{suggest(str(unknown[0]), names)}"
+        )
+    missing = [k for k in t.required if k not in arguments]
+    if missing:
+        raise ArgumentError(
+            f"Missing required argument '{missing[0]}' for tool '{t.name}' "
+            f"({t.parameters['properties'][missing[0]].get('type', 'value')})."
+        )
+    out = dict(t.defaults)
+    for k, v in arguments.items():
+        out[k] = t.validators[k](k, v)
+    return out
+
+
+def _outcome(f, *args):
+    try:
+        return ("ok", f(*args))
+    except ArgumentError as e:
+        return ("error", str(e))
+
+
+def test_validate_names_the_first_unknown_then_the_first_missing_argument():
+    with pytest.raises(ArgumentError, match=r"^Unexpected argument 'zz' for tool '_three'"):
+        _three.validate({"name": "x", "zz": 1, "nmae": 2})
+    with pytest.raises(ArgumentError, match=r"^Missing required argument 'name' for tool '_three' \(string\)\.$"):
+        _three.validate({"note": None})
+    with pytest.raises(ArgumentError, match=r"^Missing required argument 'count' for tool '_three' \(integer\)\.$"):
+        _three.validate({"name": 5})  # a missing argument is named before a bad one
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["name", "count", "note", "nmae", "x"]),
+        st.one_of(st.none(), st.integers(), st.floats(), st.text(max_size=5), st.booleans()),
+        max_size=5,
+    )
+)
+def test_validate_gives_what_it_gave_before(arguments):
+    assert _outcome(_three.validate, arguments) == _outcome(_reference_validate, _three, arguments)
