@@ -1,8 +1,12 @@
-"""Shared fixtures: a tiny domain built in code, independent of the shipped bank's content."""
+"""Shared fixtures: a tiny domain built in code, independent of the shipped bank's content; and the
+rule for tests that read the tau3-banking data beside the repository.
+"""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +176,50 @@ def env(domain):
     e = TauEnv(domain)
     yield e
     e.close()
+
+
+# --- the shared tau3-banking data ------------------------------------------------------------------
+#: The read-only reference folder beside the repository (``../shared``). ``TAU_ENV_SHARED_DIR``
+#: points the tests elsewhere (e.g. at an empty folder, to check the rule below).
+SHARED = Path(os.environ.get("TAU_ENV_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared")
+TAU3_DATA = SHARED / "data" / "tau3_banking"
+TAU3_GOLDEN = SHARED / "data" / "tau3_banking_golden"
+
+
+def shared_missing(*paths: Path) -> str | None:
+    """Why the shared data is unusable (None if every path exists). Under ``CI`` it FAILS the test
+    instead: a CI layout without the data must not pass the tau3 suites by skipping them all.
+    """
+    missing = [str(p) for p in paths if not p.exists()]
+    if not missing:
+        return None
+    why = f"needs the shared tau3-banking data: {', '.join(missing)} missing"
+    if os.environ.get("CI"):
+        pytest.fail(f"{why}; CI is set, and CI must run the tau3 suites on the real data", pytrace=False)
+    return why
+
+
+def require_shared(*paths: Path) -> None:
+    """Skip the calling test (fail it under ``CI``) when one of ``paths`` is missing."""
+    why = shared_missing(*paths)
+    if why:
+        pytest.skip(why)
+
+
+def needs_shared(*paths: Path) -> pytest.MarkDecorator:
+    """A mark (for a test or ``pytestmark``) applying :func:`require_shared` before the test runs."""
+    return pytest.mark.needs_shared(*paths)
+
+
+#: The mark of tests that read the tau3-banking data folder.
+needs_tau3_data = needs_shared(TAU3_DATA)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_shared(*paths): skip without these shared files, fail under CI")
+
+
+@pytest.hookimpl(tryfirst=True)  # before the skip marks, so an empty parametrization fails under CI too
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs_shared"):
+        require_shared(*mark.args)

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TAU3_DATA, shared_missing
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_"))
-TAU3_DATA = REPO.parent / "shared" / "data" / "tau3_banking"
 TIMEOUT_S = 180  # per script: a hang fails instead of stalling the suite
 
 
@@ -31,14 +32,8 @@ def test_benchmarks_are_found():
 
 @pytest.fixture(scope="module")
 def data_missing() -> str | None:
-    """Why the tau3 data is unusable (None if present); fails at once under CI."""
-    missing = [sub for sub in ("documents", "tasks") if not (TAU3_DATA / sub).is_dir()]
-    if not missing:
-        return None
-    why = f"no tau3-banking data at {TAU3_DATA} ({', '.join(missing)} missing)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{why}; CI is set, and CI must run every benchmark on the real data")
-    return why
+    """Why the tau3 data is unusable (None if present); fails at once under CI (the suites' one rule)."""
+    return shared_missing(TAU3_DATA / "documents", TAU3_DATA / "tasks")
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

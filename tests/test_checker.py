@@ -114,13 +114,11 @@ def test_play_can_be_skipped(domain):
 
 def test_tau3_reference_calling_a_missing_discoverable_tool_is_reported():
     """tau3 answers a call to an unknown discoverable tool with an ordinary output, so only the name check sees it."""
-    from pathlib import Path
-
     from tau_env.tasks import Action
+    from tests.conftest import TAU3_DATA as data
+    from tests.conftest import require_shared
 
-    data = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tau3_banking"
-    if not data.is_dir():
-        pytest.skip("needs ../shared/data")
+    require_shared(data)
     from tau_env.domains import tau3_banking
 
     d = tau3_banking.load(str(data))

@@ -272,7 +272,7 @@ def test_bugs_still_show_a_traceback(monkeypatch):
         return {}["missing"]
 
     monkeypatch.setattr(cli, "cmd_list", bug)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"^'missing'$"):
         main(["list"])
 
     def socket_bug(args):  # an OSError about no user path is not a user error either

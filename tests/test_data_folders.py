@@ -1,7 +1,7 @@
 """Data folders: a malformed file gives a DomainError/TaskError naming the file, never a raw exception.
 
 Covers tau3-banking's data folder (``tau_env/domains/tau3_banking/data.py``; a trimmed copy of
-../shared/data/tau3_banking, skipped where absent) and folders loaded by ``load_domain_dir`` (a
+../shared/data/tau3_banking, skipped where absent, failed under CI) and folders loaded by ``load_domain_dir`` (a
 copy of Harbor Bank's), plus ``load_tasks``. The property tests corrupt a valid copy at random
 (truncate, invalid UTF-8, delete, retype a JSON value, drop a key, empty a file): loading either
 succeeds or raises a tau_env error whose message names the file.
@@ -24,10 +24,10 @@ from tau_env import load_domain_dir, load_tasks
 from tau_env.domains import harbor_bank
 from tau_env.domains.harbor_bank.tools import TOOLS as HARBOR_TOOLS
 from tau_env.error import DomainError, TaskError, TaskFileError
+from tests.conftest import TAU3_DATA as TAU3
+from tests.conftest import needs_tau3_data, require_shared
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-TAU3 = SHARED / "tau3_banking"
-needs_tau3 = pytest.mark.skipif(not TAU3.is_dir(), reason="needs ../shared/data")
+needs_tau3 = needs_tau3_data
 HARBOR_FILES = ["domain.json", "schema.sql", "seed.json", "tasks.json", "policy.md", "user_guidelines.md", "documents"]
 #: A trimmed tau3 folder: every prompt, the seed, a few documents and tasks (two with initial states).
 TAU3_TASKS = ["task_001", "task_002", "task_003", "task_004", "task_026", "task_027"]
@@ -48,8 +48,7 @@ def _copy(src: Path, dst: Path, only: list[str] | None = None) -> Path:
 
 @pytest.fixture(scope="session")
 def tau3_pristine(tmp_path_factory) -> Path:
-    if not TAU3.is_dir():
-        pytest.skip("needs ../shared/data")
+    require_shared(TAU3)
     root = tmp_path_factory.mktemp("tau3_pristine")
     _copy(TAU3, root, ["db.json", "prompts"])
     _copy(TAU3 / "tasks", root / "tasks", [f"{t}.json" for t in TAU3_TASKS])

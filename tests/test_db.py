@@ -73,10 +73,10 @@ def test_digest_ignores_insertion_order(schema):
 def test_savepoint_rolls_back_digests_too(schema):
     db = EpisodeDB(schema, build_image(schema, {}))
     before = db.table_digests()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="^the block failed$"):  # the block's own error, unchanged
         with db.savepoint():
             db.conn.execute("INSERT INTO a VALUES ('x', 1, 1.0)")
-            raise RuntimeError
+            raise RuntimeError("the block failed")
     assert db.table_digests() == before
     with db.savepoint():
         db.conn.execute("INSERT INTO b VALUES (1, 'q')")

@@ -129,7 +129,7 @@ def test_caller_errors_raise(domain):
     with pytest.raises(ResetNeeded, match=r"^Call reset\(\) before step\(\)\.$"):
         env.step(say("x"))
     env.reset()
-    with pytest.raises(InvalidActionError):
+    with pytest.raises(InvalidActionError, match=r"^Expected an assistant message dict .*, got int: 123\. Build one"):
         env.step(123)
     with pytest.raises(InvalidOptionError, match="^max_steps must be an integer of at least 1"):
         TauEnv(domain, max_steps=0)

@@ -4,8 +4,8 @@ For every action: no exception escapes except InvalidActionError for non-message
 fails leaves the database digest unchanged; a read tool never changes it.
 """
 
+import functools
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 import tau_env
 from tau_env import RandomAgent, call, say
 from tau_env.error import InvalidActionError
-
-TAU3_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tau3_banking"
+from tests.conftest import TAU3_DATA, require_shared
 
 HOSTILE = [
     "'; DROP TABLE accounts; --",
@@ -38,20 +37,46 @@ HOSTILE = [
     "C-1001' --",
 ]
 
-env = tau_env.make("harbor-bank-v0", max_steps=10_000)
-env.reset(seed=0)
-IDS = [
-    r[0]
-    for t, col in (
-        ("customers", "customer_id"),
-        ("accounts", "account_id"),
-        ("cards", "card_id"),
-        ("transactions", "txn_id"),
-    )
-    for r in env.db.conn.execute(f"SELECT {col} FROM {t} LIMIT 8")
-]
-TOOLS = {t.name: t for t in env.toolbox.tools.values()}
-AGENT_TOOLS = sorted(n for n, t in TOOLS.items() if t.side == "agent")
+
+@pytest.fixture(scope="module")
+def env():
+    """One harbor-bank env for the module's property tests (each example resets it)."""
+    e = tau_env.make("harbor-bank-v0", max_steps=10_000)
+    yield e
+    e.close()
+
+
+@functools.cache
+def _harbor() -> tuple[list[str], dict]:
+    """What the strategies draw from, read on the first draw (not at import): ids in Harbor Bank's
+    tables after ``reset(seed=0)``, and its tools by name.
+    """
+    e = tau_env.make("harbor-bank-v0")
+    try:
+        e.reset(seed=0)
+        tables = (
+            ("customers", "customer_id"),
+            ("accounts", "account_id"),
+            ("cards", "card_id"),
+            ("transactions", "txn_id"),
+        )
+        ids = [r[0] for t, col in tables for r in e.db.conn.execute(f"SELECT {col} FROM {t} LIMIT 8")]
+        return ids, {t.name: t for t in e.toolbox.tools.values()}
+    finally:
+        e.close()
+
+
+def _ids() -> list[str]:
+    return _harbor()[0]
+
+
+def _tools() -> dict:
+    return _harbor()[1]
+
+
+def _agent_tools() -> list[str]:
+    return sorted(n for n, t in _tools().items() if t.side == "agent")
+
 
 json_scalars = st.one_of(
     st.none(),
@@ -59,7 +84,7 @@ json_scalars = st.one_of(
     st.integers(-(10**20), 10**20),
     st.floats(allow_nan=False),
     st.text(max_size=40),
-    st.sampled_from(HOSTILE + IDS),
+    st.deferred(lambda: st.sampled_from(HOSTILE + _ids())),
 )
 json_values = st.recursive(
     json_scalars,
@@ -70,7 +95,7 @@ json_values = st.recursive(
 
 @st.composite
 def tool_args(draw, name):
-    t = TOOLS.get(name)
+    t = _tools().get(name)
     props = t.parameters["properties"] if t else {}
     args = {}
     for p, schema in props.items():
@@ -81,7 +106,7 @@ def tool_args(draw, name):
         elif schema.get("type") == "integer" and draw(st.booleans()):
             args[p] = draw(st.integers(-5, 10**6))
         elif draw(st.booleans()):
-            args[p] = draw(st.sampled_from(IDS + HOSTILE))
+            args[p] = draw(st.sampled_from(_ids() + HOSTILE))
         else:
             args[p] = draw(json_values)
     if draw(st.integers(0, 9)) == 0:
@@ -98,7 +123,7 @@ def actions(draw):
         return {"role": "assistant", "content": draw(st.sampled_from(HOSTILE))}
     name = draw(
         st.one_of(
-            st.sampled_from(AGENT_TOOLS + ["unlock_tool"] * 3),
+            st.sampled_from(_agent_tools() + ["unlock_tool"] * 3),
             st.text(max_size=20),
             st.sampled_from(["", "approve_wire_in_app", "DROP TABLE", "get_customer "]),
         )
@@ -111,7 +136,7 @@ def actions(draw):
         )
     )
     if name == "unlock_tool" and draw(st.booleans()):
-        raw = json.dumps({"tool_name": draw(st.sampled_from([n for n, t in TOOLS.items() if t.discoverable]))})
+        raw = json.dumps({"tool_name": draw(st.sampled_from([n for n, t in _tools().items() if t.discoverable]))})
     return {
         "role": "assistant",
         "content": None,
@@ -135,7 +160,7 @@ def _verify_someone(e):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 1000), verify=st.booleans(), batch=st.lists(actions(), min_size=1, max_size=25))
-def test_random_actions_never_crash_or_corrupt(seed, verify, batch):
+def test_random_actions_never_crash_or_corrupt(env, seed, verify, batch):
     env.reset(seed=seed)
     env.step("I need help")  # the user opens; the agent now acts
     if verify:
@@ -150,7 +175,7 @@ def test_random_actions_never_crash_or_corrupt(seed, verify, batch):
         results = env.trajectory[-1].get("tool_results", [])
         after = env.db_digest()
         for r in results:
-            tool = TOOLS.get(r["name"])
+            tool = _tools().get(r["name"])
             if r["error"] or tool is None or tool.kind == "read":
                 assert after == before, (r, action)
         assert env.observation_space("agent").contains(env.observe("agent"))
@@ -158,10 +183,12 @@ def test_random_actions_never_crash_or_corrupt(seed, verify, batch):
 
 @settings(max_examples=100, deadline=None)
 @given(bad=not_messages)
-def test_non_messages_raise_invalid_action_and_change_nothing(bad):
+def test_non_messages_raise_invalid_action_and_change_nothing(env, bad):
     env.reset(seed=1)
     before = (env.db_digest(), env.num_steps, env.agent_selection, len(env.observe("user")["messages"]))
-    with pytest.raises(InvalidActionError):
+    with pytest.raises(
+        InvalidActionError, match=r"^Expected (an assistant message dict|role 'assistant'|'tool_calls')"
+    ):
         env.step(bad)
     assert (env.db_digest(), env.num_steps, env.agent_selection, len(env.observe("user")["messages"])) == before
 
@@ -184,7 +211,7 @@ def test_random_policies_thousands_of_steps():
             e.step(policies[seat](obs))
             steps += 1
             for r in e.trajectory[-1].get("tool_results", []):
-                tool = TOOLS.get(r["name"])
+                tool = _tools().get(r["name"])
                 if r["error"] or tool is None or tool.kind == "read":
                     assert e.db_digest() == before, r
         seed += 1
@@ -231,7 +258,9 @@ odd_values = st.recursive(
 
 
 @st.composite
-def odd_actions(draw, names):
+def odd_actions(draw, names=None):
+    """An assistant message of 1-3 calls to ``names`` (default: Harbor Bank's agent tools) or odd names."""
+    names = names or _agent_tools()
     calls = []
     for _ in range(draw(st.integers(1, 3))):
         name = draw(st.one_of(st.sampled_from(names), surrogate_text))
@@ -268,8 +297,8 @@ def _check_odd_step(e, action):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 1000), batch=st.lists(odd_actions(AGENT_TOOLS), min_size=1, max_size=4))
-def test_unencodable_and_surrogate_arguments_become_observations(seed, batch):
+@given(seed=st.integers(0, 1000), batch=st.lists(odd_actions(), min_size=1, max_size=4))
+def test_unencodable_and_surrogate_arguments_become_observations(env, seed, batch):
     env.reset(seed=seed)
     env.step("I need help \ud83d")
     assert env.trajectory[-1]["message"]["content"] == "I need help \\ud83d"
@@ -281,8 +310,7 @@ def test_unencodable_and_surrogate_arguments_become_observations(seed, batch):
 
 @pytest.fixture(scope="module")
 def tau3_env():
-    if not TAU3_DATA.is_dir():
-        pytest.skip("needs ../shared/data")
+    require_shared(TAU3_DATA)
     e = tau_env.make("tau3-banking", data_dir=str(TAU3_DATA), retrieval="no_knowledge", max_steps=10_000)
     yield e
     e.close()

@@ -191,6 +191,6 @@ def test_echoed_model_text_is_clipped():
     _, (c,) = _calls(_fn("n" * 10**6, "{"))
     assert c.error.startswith("Arguments of '" + "n" * 80 + "... (1000000 characters)' are not valid JSON")
     for bad in (10**5000, [[[]]] * 3, "x"):
-        with pytest.raises(InvalidActionError) as e:
+        with pytest.raises(InvalidActionError, match=r"^Expected (role 'assistant'|tool_calls\[0\] to be a dict)") as e:
             normalize_action({"role": bad} if bad != "x" else {"role": "assistant", "tool_calls": [10**5000]})
         assert len(str(e.value)) < 400

@@ -1,20 +1,20 @@
 """tau3-banking replays match the public benchmark's own replays, action by action and table by table.
 
-Reads the benchmark data and the golden replays from ../shared/data (skipped where absent).
+Reads the benchmark data and the golden replays from ../shared/data (skipped where absent; failed
+under CI, see ``tests.conftest.require_shared``).
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
 import tau_env
 from tau_env.domains.tau3_banking.retrieval import strip_timing
+from tests.conftest import TAU3_DATA as DATA
+from tests.conftest import TAU3_GOLDEN as GOLDEN
+from tests.conftest import needs_shared
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-DATA = SHARED / "tau3_banking"
-GOLDEN = SHARED / "tau3_banking_golden"
-pytestmark = pytest.mark.skipif(not (DATA.is_dir() and GOLDEN.is_dir()), reason="needs ../shared/data")
+pytestmark = needs_shared(DATA, GOLDEN)
 
 GOLDEN_TASKS = sorted(p.stem for p in (GOLDEN / "tasks").glob("task_*.json")) if GOLDEN.is_dir() else []
 

@@ -4,18 +4,19 @@ tau2-bench's banking tools write straight into an in-memory dict and nothing rol
 ``call_discoverable_*_tool`` turn a ``TypeError`` into ``Error: Invalid arguments ...`` (returned
 as an ordinary output, after the write), and its environment turns any other exception into an
 error observation (after the write too). See docs/tau3_banking.md, "Where the benchmark's own
-data is defective". Reads ../shared/data (skipped where absent).
+data is defective". Reads ../shared/data (skipped where absent; failed under CI).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tau3_banking"
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
+from tests.conftest import TAU3_DATA as DATA
+from tests.conftest import needs_tau3_data
+
+pytestmark = needs_tau3_data
 DISPUTE = "file_credit_card_transaction_dispute_4829"
 
 

@@ -145,7 +145,7 @@ def test_toolbox_rolls_back_failures_and_reads(env):
     assert env.db_digest() == d0
     with TauEnv(env.domain, strict_tools=True) as strict:
         strict.reset(options={"task_id": "restock"})
-        with pytest.raises(KeyError):
+        with pytest.raises(KeyError, match=r"^'missing'$"):  # the bug itself, not a wrapper
             strict.call_tool("agent", "buggy_write", {"item_id": "widget"})
         assert strict.db_digest() == d0
     r = env.call_tool("agent", "add_stock", {"item_id": "widget", "qty": 2})
