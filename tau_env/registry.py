@@ -3,6 +3,9 @@
 Ids look like ``"harbor-bank-v0"``. A spec names an entry point that returns a
 :class:`~tau_env.domain.Domain`; ``make`` wraps it in a :class:`~tau_env.env.TauEnv`.
 Tests can work on a copy: ``with registry.scoped(): register(...)``.
+
+The shipped loaders keep the domains they build in :data:`domain_cache` (one per data folder and
+setting), so every env of a process shares them; ``registry.clear_cache()`` forgets them all.
 """
 
 from __future__ import annotations
@@ -11,12 +14,16 @@ import copy
 import importlib
 import inspect
 import re
-from collections.abc import Callable, Iterator
+import reprlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tau_env.error import Error, InvalidOptionError, RegistrationError, UnknownEnvError, did_you_mean
+from tau_env.messages import clip, escape_surrogates
 
 if TYPE_CHECKING:
     from tau_env.domain import Domain
@@ -44,17 +51,51 @@ class EnvSpec:
         return fn
 
     def load_domain(self, **kwargs: Any) -> Domain:
+        """The domain the loader builds with ``kwargs`` (loader settings only, not env settings).
+
+        Raises:
+            InvalidOptionError: A keyword the loader does not take, or one it rejects with a
+                ``TypeError``/``ValueError``; the message starts with the call, e.g.
+                ``load_domain('tau3-banking', data_dir='x'): ``.
+            tau_env.error.Error: Any tau_env error of the loader, the same type, the message
+                prefixed the same way.
+        """
+        return self._load(kwargs, call_text("load_domain", self.id, kwargs))
+
+    def _load(self, kwargs: dict[str, Any], call: str) -> Domain:
         fn = self.loader()
-        _check_keywords(self.id, fn, kwargs)
+        _check_keywords(call, fn, kwargs)
         try:
             return fn(**kwargs)
         except Error as e:
-            raise _with_id(e, self.id) from e
+            raise _prefixed(e, call) from e
         except (TypeError, ValueError) as e:  # a loader rejecting a setting's type or value
-            raise InvalidOptionError(f"make({self.id!r}): {e}") from e
+            raise InvalidOptionError(f"{call}: {e}") from e
 
 
-def _check_keywords(id: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 2
+
+
+def _shown(value: Any) -> str:
+    """A short ``repr`` of an argument (long strings and containers abridged)."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # a repr that raises (or an int too long to print)
+        return f"<{type(value).__name__}>"
+
+
+def call_text(function: str, id: str, kwargs: Mapping[str, Any]) -> str:
+    """The call as the caller wrote it, for an error message: ``make('id', key=value, ...)``, clipped."""
+    args = [
+        repr(clip(escape_surrogates(id), 80)),
+        *(f"{clip(escape_surrogates(str(k)), 40)}={_shown(v)}" for k, v in kwargs.items()),
+    ]
+    return f"{function}({clip(', '.join(args), 300)})"
+
+
+def _check_keywords(call: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
     """Refuse keywords that neither the env nor the domain's loader takes, naming the ones that exist."""
     try:
         params = inspect.signature(fn).parameters
@@ -67,17 +108,57 @@ def _check_keywords(id: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> 
     if unknown:
         word = str(unknown[0])
         raise InvalidOptionError(
-            f"make({id!r}) got an unknown keyword {word[:80]!r}; env settings are {list(ENV_KWARGS)}, "
+            f"{call}: unknown keyword {clip(escape_surrogates(word), 80)!r}; env settings are {list(ENV_KWARGS)}, "
             f"the domain's loader takes {known}.{did_you_mean(word, [*ENV_KWARGS, *known]) if len(word) < 100 else ''}"
         )
 
 
-def _with_id(e: Error, id: str) -> Error:
-    """``e`` with the env id in front of its message (the same exception type)."""
+def _prefixed(e: Error, call: str) -> Error:
+    """``e`` with the call in front of its message (the same exception type)."""
     try:
-        return type(e)(f"make({id!r}): {e}")
+        return type(e)(f"{call}: {e}")
     except Exception:  # pragma: no cover - an error type with another constructor
         return e
+
+
+class DomainCache:
+    """Domains built by loaders, one per key, shared by every env made with the same settings.
+
+    The shipped loaders key their domain by what defines it (tau3-banking: the resolved data folder
+    and the retrieval setting), so ``make`` is cheap after the first time. A cached domain is not
+    rebuilt when its files change on disk: call ``registry.clear_cache()`` to load them again (tests
+    do so for a fresh domain). At most ``maxsize`` domains are kept, the least recently used dropped.
+    """
+
+    def __init__(self, maxsize: int = 16) -> None:
+        self.maxsize = maxsize
+        self._domains: OrderedDict[Hashable, Domain] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, build: Callable[[], Domain]) -> Domain:
+        """The domain cached under ``key``, else ``build()``'s (cached; errors are not)."""
+        with self._lock:
+            if key in self._domains:
+                self._domains.move_to_end(key)
+                return self._domains[key]
+        domain = build()  # outside the lock: a slow build does not hold up other keys
+        with self._lock:
+            domain = self._domains.setdefault(key, domain)  # two racing builds: every caller gets one
+            while len(self._domains) > self.maxsize:
+                self._domains.popitem(last=False)
+        return domain
+
+    def clear(self) -> None:
+        """Forget every domain: the next load builds a fresh one."""
+        with self._lock:
+            self._domains.clear()
+
+    def __len__(self) -> int:
+        return len(self._domains)
+
+
+#: The cache of the shipped loaders (``harbor-bank-v0``, ``tau3-banking``).
+domain_cache = DomainCache()
 
 
 class Registry:
@@ -109,33 +190,49 @@ class Registry:
             ) from None
 
     def load_domain(self, id: str, **kwargs: Any) -> Domain:
+        """The domain of ``id`` (``kwargs`` as for ``make``; env settings are ignored).
+
+        Raises what :meth:`make` raises for the loader, the message prefixed with
+        ``load_domain('<id>', <arguments given>):``.
+        """
         spec = self.spec(id)
         merged = {**spec.kwargs, **kwargs}
-        return spec.load_domain(**{k: v for k, v in merged.items() if k not in ENV_KWARGS})
+        call = call_text("load_domain", id, kwargs)
+        return spec._load({k: v for k, v in merged.items() if k not in ENV_KWARGS}, call)
 
     def make(self, id: str, **kwargs: Any) -> TauEnv:
         """Build the env ``id``; env settings (``max_steps``, ``retrieval``, ...) and loader settings
         (e.g. ``data_dir``) may be mixed in ``kwargs``.
 
+        Errors of the loader and of the env name the call, as Gymnasium's ``make`` does: their
+        message starts with ``make('<id>', <the arguments given>): `` (values abridged).
+
         Raises:
             UnknownEnvError: ``id`` is not registered.
-            InvalidOptionError: A keyword that neither the env nor the loader takes, or a bad value.
-            tau_env.error.Error: Any other tau_env error of the loader or the env, its message
-                prefixed with ``make('<id>'):``.
+            InvalidOptionError: A keyword that neither the env nor the loader takes, or a bad value
+                (a loader's own ``TypeError``/``ValueError`` becomes one).
+            tau_env.error.Error: Any other tau_env error of the loader or the env, the same type.
         """
         from tau_env.env import TauEnv
 
         spec = self.spec(id)
         merged = {**spec.kwargs, **kwargs}
+        call = call_text("make", id, kwargs)
         env_kw = {k: v for k, v in merged.items() if k in ENV_KWARGS}
-        domain = spec.load_domain(**{k: v for k, v in merged.items() if k not in ENV_KWARGS})
+        domain = spec._load({k: v for k, v in merged.items() if k not in ENV_KWARGS}, call)
         try:
             return TauEnv(domain, **env_kw)
         except Error as e:
-            raise _with_id(e, id) from e
+            raise _prefixed(e, call) from e
 
     def ids(self) -> list[str]:
         return sorted(self.specs)
+
+    def clear_cache(self) -> None:
+        """Forget the domains the shipped loaders cached: the next ``make`` builds fresh ones
+        (reading their files again).
+        """
+        domain_cache.clear()
 
     @contextmanager
     def scoped(self) -> Iterator[Registry]:

@@ -2,7 +2,6 @@
 
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 from pettingzoo.test import api_test
@@ -10,11 +9,11 @@ from pettingzoo.test import api_test
 import tau_env
 from tau_env import call, say
 from tau_env.error import DomainError, InvalidOptionError
+from tests.conftest import TAU3_DATA as DATA
+from tests.conftest import TAU3_GOLDEN, needs_tau3_data, require_shared
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-DATA = SHARED / "tau3_banking"
-REFERENCE = SHARED / "tau3_banking_golden" / "tool_reference.json"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
+REFERENCE = TAU3_GOLDEN / "tool_reference.json"
+needs_data = needs_tau3_data
 #: The benchmark's tools that can write and then raise; their writes stay, as in the benchmark.
 WRITE_THEN_RAISE = {"file_credit_card_transaction_dispute_4829", "deposit_check_3847", "get_card_last_4_digits"}
 
@@ -44,14 +43,15 @@ def test_env_var_and_unknown_retrieval(monkeypatch):
     monkeypatch.setenv("TAU3_BANKING_DATA", str(DATA))
     env = tau_env.make("tau3-banking")
     assert len(env.domain.tasks) == 97 and len(env.domain.documents) == 698
-    with pytest.raises(InvalidOptionError, match=r"^make\('tau3-banking'\): Unknown retrieval configuration 'bm52'"):
+    with pytest.raises(
+        InvalidOptionError, match=r"^make\('tau3-banking', retrieval='bm52'\): Unknown retrieval configuration 'bm52'"
+    ):
         tau_env.make("tau3-banking", retrieval="bm52")
 
 
 @pytest.fixture(scope="module")
 def env():
-    if not DATA.is_dir():
-        pytest.skip("needs ../shared/data")
+    require_shared(DATA)
     return tau_env.make("tau3-banking", data_dir=str(DATA), retrieval="no_knowledge")
 
 

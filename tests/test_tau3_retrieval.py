@@ -1,12 +1,11 @@
 """tau3-banking retrieval configurations: the benchmark's BM25 and grep outputs, every keyword's
 prompt and tools, golden documents in the prompt, and the offline dense variant (fake encoder).
 
-Reads the benchmark data from ../shared/data (skipped where absent).
+Reads the benchmark data from ../shared/data (skipped where absent; failed under CI).
 """
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import pytest
 import tau_env
 from tau_env import TauEnv, call, say
 from tau_env.domains.tau3_banking import load
-from tau_env.domains.tau3_banking.prompts import RETRIEVAL, build_prompt, format_documents
+from tau_env.domains.tau3_banking.prompts import RETRIEVAL, build_prompt, format_documents, retrieval_tools
 from tau_env.domains.tau3_banking.retrieval import (
     GREP_SCHEMA,
     KB_SEARCH_SCHEMA,
@@ -23,12 +22,12 @@ from tau_env.domains.tau3_banking.retrieval import (
     kb_search_output,
     strip_timing,
 )
-from tau_env.error import DomainError, InvalidOptionError
+from tau_env.error import InvalidOptionError
+from tests.conftest import TAU3_DATA as DATA
+from tests.conftest import TAU3_GOLDEN, needs_shared
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-DATA = SHARED / "tau3_banking"
-SAMPLES = SHARED / "tau3_banking_golden" / "kb_search_samples.json"
-pytestmark = pytest.mark.skipif(not (DATA.is_dir() and SAMPLES.is_file()), reason="needs ../shared/data")
+SAMPLES = TAU3_GOLDEN / "kb_search_samples.json"
+pytestmark = needs_shared(DATA, SAMPLES)
 
 SAMPLE = json.loads(SAMPLES.read_text()) if SAMPLES.is_file() else {"kb_search_bm25": [], "grep": []}
 TIMING = re.compile(r"\n\n\[Timing: retrieval=\d+ms, reranking=\d+ms, total=\d+ms\]$")
@@ -193,12 +192,28 @@ def test_golden_retrieval_through_make(domain):
 
 def test_unknown_keyword_is_a_clear_error(domain):
     expected = r"Unknown retrieval configuration 'bm52'; expected one of \[.*'bm25'.*\]\. Did you mean \"bm25\"\?$"
-    with pytest.raises(InvalidOptionError, match=r"^make\('tau3-banking'\): " + expected):
+    with pytest.raises(
+        InvalidOptionError, match=r"^make\('tau3-banking', data_dir='.*', retrieval='bm52'\): " + expected
+    ):
         tau_env.make("tau3-banking", data_dir=str(DATA), retrieval="bm52")
     with pytest.raises(InvalidOptionError, match="^" + expected):
         load(DATA, retrieval="bm52")
-    with pytest.raises(DomainError, match="Unknown tau3-banking retrieval configuration 'dense'"):
-        build_prompt(domain, "dense")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [build_prompt, retrieval_tools, lambda d, k: d.system_prompt(k), lambda d, k: d.toolbox(k)],
+    ids=["build_prompt", "retrieval_tools", "system_prompt", "toolbox"],
+)
+@pytest.mark.parametrize(
+    "key,shown",
+    [("dense", r"'dense'"), ("bm52", r"'bm52'"), (["bm25"], "of type list"), (10**5000, "of type int")],
+    ids=["harbor-keyword", "typo", "list", "huge-int"],
+)
+def test_unknown_keyword_is_the_same_error_on_every_direct_path(domain, path, key, shown):
+    """Not only make: the domain's own helpers raise the error every domain raises (was DomainError)."""
+    with pytest.raises(InvalidOptionError, match=rf"^Unknown retrieval configuration {shown}; expected one of \[.*\]"):
+        path(domain, key)
 
 
 # --- tools in an episode ------------------------------------------------------------------------

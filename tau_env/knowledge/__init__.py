@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tau_env.error import DomainError, ToolError
+from tau_env.error import DomainError, InvalidOptionError, ToolError
 
 __all__ = [
     "Document",
@@ -280,6 +280,7 @@ class GrepWorker:
             self._receive(time.monotonic() + 60)
         except (OSError, EOFError) as e:  # not the pattern's fault: not a budget message
             self.close()
+            # Not a caller error: the machine's; the tool calling grep reports it as an internal error.
             raise RuntimeError(f"The grep worker ({worker}) did not start: {e!r}.") from e
 
     def _corpus(self, texts: tuple[str, ...]) -> int:
@@ -428,7 +429,7 @@ class KnowledgeBase:
             return self.search_dense(query, k)
         if method == "hybrid":
             return self.search_hybrid(query, k)
-        raise ValueError(f"Unknown search method {method!r}; expected 'bm25', 'dense' or 'hybrid'.")
+        raise InvalidOptionError(f"Unknown search method {method!r}; expected 'bm25', 'dense' or 'hybrid'.")
 
     def grep(self, pattern: str, **kw: Any) -> list[tuple[str, int, str]]:
         return grep(self.documents, pattern, **kw)

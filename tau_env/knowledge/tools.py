@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 from tau_env.error import InvalidOptionError, ToolError, did_you_mean
 from tau_env.knowledge import check_query
+from tau_env.messages import clip
 from tau_env.tools import Tool, ToolContext, tool
 
-#: Retrieval configurations and the knowledge tools each gives the agent.
-RETRIEVAL_CONFIGS: dict[str, tuple[str, ...]] = {
-    "bm25": ("search_documents",),
-    "grep": ("grep_documents",),
-    "bm25+grep": ("search_documents", "grep_documents"),
-    "dense": ("search_documents_dense",),
-    "hybrid": ("search_documents_hybrid",),
-    "all": ("search_documents", "search_documents_dense", "grep_documents"),
-    "none": (),
-}
+#: Retrieval configurations and the knowledge tools each gives the agent (read-only: definitions).
+RETRIEVAL_CONFIGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "bm25": ("search_documents",),
+        "grep": ("grep_documents",),
+        "bm25+grep": ("search_documents", "grep_documents"),
+        "dense": ("search_documents_dense",),
+        "hybrid": ("search_documents_hybrid",),
+        "all": ("search_documents", "search_documents_dense", "grep_documents"),
+        "none": (),
+    }
+)
 
 #: Knowledge tools that embed the query with the ``embed`` extra's model.
 EMBEDDING_TOOLS = frozenset({"search_documents_dense", "search_documents_hybrid"})
@@ -89,15 +93,22 @@ def grep_documents(ctx: ToolContext, pattern: str) -> str:
     return "\n".join(f"[{doc_id}:{n}] {line}" for doc_id, n, line in matches)
 
 
-_ALL = {t.name: t for t in (search_documents, search_documents_dense, search_documents_hybrid, grep_documents)}
+#: The knowledge tools by name: definitions shared by every domain's toolboxes, never changed (read-only).
+_ALL: Mapping[str, Tool] = MappingProxyType(
+    {t.name: t for t in (search_documents, search_documents_dense, search_documents_hybrid, grep_documents)}
+)
 
 
 def unknown_retrieval(key: object, choices: Iterable[str]) -> InvalidOptionError:
-    """The error for a retrieval configuration a domain lacks: the same in every domain (``make`` adds the id)."""
+    """The error for a retrieval configuration a domain lacks: the same in every domain and on every
+    path (``make``, ``Domain.toolbox``/``system_prompt``, a domain's own helpers; ``make`` adds the call).
+    """
     choices = sorted(choices)
-    return InvalidOptionError(
-        f"Unknown retrieval configuration {key!r}; expected one of {choices}.{did_you_mean(str(key), choices)}"
-    )
+    if isinstance(key, str):
+        shown, hint = repr(clip(key, 80)), did_you_mean(key, choices) if len(key) < 100 else ""
+    else:
+        shown, hint = f"of type {type(key).__name__}", ""
+    return InvalidOptionError(f"Unknown retrieval configuration {shown}; expected one of {choices}.{hint}")
 
 
 def knowledge_tools(retrieval: str) -> list[Tool]:
@@ -107,7 +118,7 @@ def knowledge_tools(retrieval: str) -> list[Tool]:
         InvalidOptionError: ``retrieval`` is not a configuration.
         DependencyNotInstalled: the configuration embeds queries and the ``embed`` extra is missing.
     """
-    if retrieval not in RETRIEVAL_CONFIGS:
+    if not (isinstance(retrieval, str) and retrieval in RETRIEVAL_CONFIGS):
         raise unknown_retrieval(retrieval, RETRIEVAL_CONFIGS)
     names = RETRIEVAL_CONFIGS[retrieval]
     if EMBEDDING_TOOLS.intersection(names):

@@ -18,6 +18,8 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from tau_env.error import InvalidOptionError
+
 #: Replies larger than this (bytes) are refused without being read whole.
 MAX_REPLY_BYTES = 256 * 1024 * 1024
 _MAX_LINE = 64 * 1024  # a status line, a header line or a chunk-size line
@@ -68,7 +70,7 @@ class ConnectionPool:
     def __init__(self, url: str, size: int = 1024):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"Expected an http:// or https:// base URL, got {url!r}.")
+            raise InvalidOptionError(f"Expected an http:// or https:// base URL, got {url!r}.")
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/")
@@ -138,6 +140,7 @@ class ConnectionPool:
                 raise
             reply, keep = await _read_reply(conn.reader, status_line)
             return reply
+        # The ValueErrors of the readers below are the server's protocol errors, not the caller's.
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError) as e:
             raise ServerConnectionError(f"{type(e).__name__}: {e or 'connection closed mid-reply'}") from e
         except OSError as e:

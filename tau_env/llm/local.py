@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tau_env.error import DependencyNotInstalled
+from tau_env.error import DependencyNotInstalled, InvalidOptionError
 from tau_env.llm.client import Sampling, Usage
 
 
@@ -44,7 +44,10 @@ class TransformersClient:
         else:
             self.name = getattr(getattr(model, "config", None), "name_or_path", type(model).__name__)
         if tokenizer is None:
-            raise ValueError("Pass the tokenizer with a loaded model.")
+            raise InvalidOptionError(
+                f"A loaded model ({type(model).__name__}) needs its tokenizer: pass tokenizer=..., or pass the "
+                "model's folder instead."
+            )
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.sampling = sampling or Sampling()

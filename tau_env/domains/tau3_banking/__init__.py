@@ -9,7 +9,6 @@ so replays give the same outputs and the same final database, many times faster.
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
 from dataclasses import dataclass, field
@@ -143,26 +142,34 @@ class Tau3Domain(Domain):
         return Store(db.conn).dump()
 
 
-@functools.lru_cache(maxsize=8)
 def _load(root: str, retrieval: str) -> Tau3Domain:
-    data = load_data(Path(root))
-    return Tau3Domain(
-        name="tau3-banking",
-        schema=Schema.from_ddl(DDL),
-        seed={},
-        tools=_tools(),
-        documents=data.documents,
-        policy="",
-        tasks=data.tasks,
-        clock=NOW,
-        greeting="Hi! How can I help you today?",
-        retrieval=retrieval,
-        max_steps=200,
-        agent_requestor="assistant",
-        data_root=data.root,
-        db_json=data.db,
-        prompts=data.prompts,
-    )
+    """The domain of the data folder ``root`` (a resolved path) with default ``retrieval``, built once
+    per (folder, retrieval) and kept in :data:`tau_env.registry.domain_cache`. Files changed on disk
+    afterwards are not read again until ``tau_env.registry.clear_cache()``.
+    """
+    from tau_env.registry import domain_cache
+
+    def build() -> Tau3Domain:
+        data = load_data(Path(root))
+        return Tau3Domain(
+            name="tau3-banking",
+            schema=Schema.from_ddl(DDL),
+            seed={},
+            tools=_tools(),
+            documents=data.documents,
+            policy="",
+            tasks=data.tasks,
+            clock=NOW,
+            greeting="Hi! How can I help you today?",
+            retrieval=retrieval,
+            max_steps=200,
+            agent_requestor="assistant",
+            data_root=data.root,
+            db_json=data.db,
+            prompts=data.prompts,
+        )
+
+    return domain_cache.get(("tau3-banking", root, retrieval), build)
 
 
 def check_retrieval(key: object) -> None:

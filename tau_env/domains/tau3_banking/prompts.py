@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tau_env.domains.tau3_banking.retrieval import (
@@ -59,6 +60,7 @@ from tau_env.domains.tau3_banking.retrieval import (
 )
 from tau_env.error import DomainError
 from tau_env.knowledge import Document
+from tau_env.knowledge.tools import unknown_retrieval
 from tau_env.tools import Tool, raw_tool
 
 if TYPE_CHECKING:
@@ -92,20 +94,23 @@ class RetrievalConfig:
     rewrite: tuple[tuple[str, str], ...] = ()
 
 
-RETRIEVAL: dict[str, RetrievalConfig] = {
-    "no_knowledge": RetrievalConfig("no_knowledge"),
-    "full_kb": RetrievalConfig("full_kb", documents="all"),
-    "golden_retrieval": RetrievalConfig("required_docs", documents="required"),
-    "bm25": RetrievalConfig("classic_rag_bm25_no_grep", ("KB_search",)),
-    "bm25_grep": RetrievalConfig("classic_rag_bm25", ("KB_search", "grep")),
-    "grep_only": RetrievalConfig("grep_only", ("grep",)),
-    "dense_minilm": RetrievalConfig(
-        "classic_rag_openai_no_grep", ("KB_search",), search="dense", ours=True, rewrite=_MINILM
-    ),
-    "dense_minilm_grep": RetrievalConfig(
-        "classic_rag_openai", ("KB_search", "grep"), search="dense", ours=True, rewrite=_MINILM
-    ),
-}
+#: The configurations by keyword (read-only: definitions, never changed at run time).
+RETRIEVAL: Mapping[str, RetrievalConfig] = MappingProxyType(
+    {
+        "no_knowledge": RetrievalConfig("no_knowledge"),
+        "full_kb": RetrievalConfig("full_kb", documents="all"),
+        "golden_retrieval": RetrievalConfig("required_docs", documents="required"),
+        "bm25": RetrievalConfig("classic_rag_bm25_no_grep", ("KB_search",)),
+        "bm25_grep": RetrievalConfig("classic_rag_bm25", ("KB_search", "grep")),
+        "grep_only": RetrievalConfig("grep_only", ("grep",)),
+        "dense_minilm": RetrievalConfig(
+            "classic_rag_openai_no_grep", ("KB_search",), search="dense", ours=True, rewrite=_MINILM
+        ),
+        "dense_minilm_grep": RetrievalConfig(
+            "classic_rag_openai", ("KB_search", "grep"), search="dense", ours=True, rewrite=_MINILM
+        ),
+    }
+)
 
 _COMPONENT = re.compile(r"\{\{component:(\w+)\}\}")
 _FULL_KB = re.compile(r"\{\{full_knowledge_base\}\}")
@@ -114,12 +119,11 @@ NO_DOCUMENTS = "(No documents provided)"
 
 
 def _config(key: str) -> RetrievalConfig:
-    try:
-        return RETRIEVAL[key]
-    except KeyError:
-        raise DomainError(
-            f"Unknown tau3-banking retrieval configuration {key!r}; expected one of {sorted(RETRIEVAL)}."
-        ) from None
+    """The configuration ``key``; InvalidOptionError (the error every domain raises) for another value."""
+    config = RETRIEVAL.get(key) if isinstance(key, str) else None
+    if config is None:
+        raise unknown_retrieval(key, RETRIEVAL)
+    return config
 
 
 # --- tools --------------------------------------------------------------------------------------

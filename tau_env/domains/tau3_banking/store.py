@@ -173,6 +173,7 @@ def initialization_plan(db: Mapping[str, Any], agent_data: Mapping[str, Any]) ->
     plan = []
     for t, table in agent_data.items():
         if t not in TABLES:
+            # internal: the only caller (Tau3Domain.apply_initial_state) names the task, raises DomainError
             raise ValueError(f"initialization data names an unknown table {t!r}; tables are {list(TABLES)}.")
         seed_rows = (db.get(t) or {}).get("data") or {}
         for rid, row in ((table or {}).get("data") or {}).items():

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from tau_env.domains.tau3_banking.store import Store
+from tau_env.error import ToolDefinitionError
 from tau_env.messages import clip
 from tau_env.tools import MAX_ECHOED_NAME, ToolContext
 
@@ -50,13 +52,13 @@ class Tau3Context(ToolContext):
     """
 
     read_log_allowlist: frozenset[str] = field(default_factory=frozenset)
+    _store: Store | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def store(self) -> Store:
-        store = self.__dict__.get("_store")
-        if store is None or store.conn is not self.conn:
-            store = self.__dict__["_store"] = Store(self.conn)
-        return store
+        if self._store is None or self._store.conn is not self.conn:
+            self._store = Store(self.conn)
+        return self._store
 
     @property
     def unlocked(self) -> set[str]:
@@ -78,15 +80,19 @@ class ToolSpec:
     discoverable: bool
 
 
-AGENT_TOOLS: dict[str, ToolSpec] = {}
-USER_TOOLS: dict[str, ToolSpec] = {}
+_AGENT: dict[str, ToolSpec] = {}
+_USER: dict[str, ToolSpec] = {}
+#: The tool definitions by name, filled by the decorators below when the tool modules are imported.
+#: They are definitions, not state: read-only views (nothing changes them while episodes run).
+AGENT_TOOLS: Mapping[str, ToolSpec] = MappingProxyType(_AGENT)
+USER_TOOLS: Mapping[str, ToolSpec] = MappingProxyType(_USER)
 
 
 def _register(registry: dict[str, ToolSpec], cls: str, side: str, discoverable: bool) -> Callable[[Callable], Callable]:
     def wrap(fn: Callable[..., str]) -> Callable[..., str]:
         fn.__qualname__ = f"{cls}.{fn.__name__}"  # Python's TypeError texts name the function this way
         if fn.__name__ in registry:
-            raise ValueError(f"tau3 tool {fn.__name__!r} is defined twice.")
+            raise ToolDefinitionError(f"tau3 tool {fn.__name__!r} is defined twice; rename one of them.")
         registry[fn.__name__] = ToolSpec(fn.__name__, fn, side, discoverable)
         return fn
 
@@ -95,22 +101,22 @@ def _register(registry: dict[str, ToolSpec], cls: str, side: str, discoverable: 
 
 def agent_tool(fn: Callable[..., str]) -> Callable[..., str]:
     """A base agent tool (in the agent's schema)."""
-    return _register(AGENT_TOOLS, "KnowledgeTools", "agent", False)(fn)
+    return _register(_AGENT, "KnowledgeTools", "agent", False)(fn)
 
 
 def discoverable_agent_tool(fn: Callable[..., str]) -> Callable[..., str]:
     """A discoverable agent tool (reached through unlock / call_discoverable_agent_tool)."""
-    return _register(AGENT_TOOLS, "KnowledgeTools", "agent", True)(fn)
+    return _register(_AGENT, "KnowledgeTools", "agent", True)(fn)
 
 
 def user_tool(fn: Callable[..., str]) -> Callable[..., str]:
     """A user tool (in the user's schema)."""
-    return _register(USER_TOOLS, "KnowledgeUserTools", "user", False)(fn)
+    return _register(_USER, "KnowledgeUserTools", "user", False)(fn)
 
 
 def discoverable_user_tool(fn: Callable[..., str]) -> Callable[..., str]:
     """A discoverable user tool (given by the agent, called through call_discoverable_user_tool)."""
-    return _register(USER_TOOLS, "KnowledgeUserTools", "user", True)(fn)
+    return _register(_USER, "KnowledgeUserTools", "user", True)(fn)
 
 
 # --- shared formats -------------------------------------------------------------------------------
