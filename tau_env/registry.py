@@ -60,17 +60,18 @@ class EnvSpec:
             tau_env.error.Error: Any tau_env error of the loader, the same type, the message
                 prefixed the same way.
         """
-        return self._load(kwargs, call_text("load_domain", self.id, kwargs))
+        return self._load(kwargs, lambda: call_text("load_domain", self.id, kwargs))
 
-    def _load(self, kwargs: dict[str, Any], call: str) -> Domain:
+    def _load(self, kwargs: dict[str, Any], call: Callable[[], str]) -> Domain:
+        """``call()`` gives the call's text for an error message (built only when one is raised)."""
         fn = self.loader()
         _check_keywords(call, fn, kwargs)
         try:
             return fn(**kwargs)
         except Error as e:
-            raise _prefixed(e, call) from e
+            raise _prefixed(e, call()) from e
         except (TypeError, ValueError) as e:  # a loader rejecting a setting's type or value
-            raise InvalidOptionError(f"{call}: {e}") from e
+            raise InvalidOptionError(f"{call()}: {e}") from e
 
 
 _REPR = reprlib.Repr()
@@ -95,7 +96,7 @@ def call_text(function: str, id: str, kwargs: Mapping[str, Any]) -> str:
     return f"{function}({clip(', '.join(args), 300)})"
 
 
-def _check_keywords(call: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+def _check_keywords(call: Callable[[], str], fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
     """Refuse keywords that neither the env nor the domain's loader takes, naming the ones that exist."""
     try:
         params = inspect.signature(fn).parameters
@@ -108,7 +109,7 @@ def _check_keywords(call: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -
     if unknown:
         word = str(unknown[0])
         raise InvalidOptionError(
-            f"{call}: unknown keyword {clip(escape_surrogates(word), 80)!r}; env settings are {list(ENV_KWARGS)}, "
+            f"{call()}: unknown keyword {clip(escape_surrogates(word), 80)!r}; env settings are {list(ENV_KWARGS)}, "
             f"the domain's loader takes {known}.{did_you_mean(word, [*ENV_KWARGS, *known]) if len(word) < 100 else ''}"
         )
 
@@ -197,7 +198,7 @@ class Registry:
         """
         spec = self.spec(id)
         merged = {**spec.kwargs, **kwargs}
-        call = call_text("load_domain", id, kwargs)
+        call = lambda: call_text("load_domain", id, kwargs)  # noqa: E731
         return spec._load({k: v for k, v in merged.items() if k not in ENV_KWARGS}, call)
 
     def make(self, id: str, **kwargs: Any) -> TauEnv:
@@ -217,13 +218,13 @@ class Registry:
 
         spec = self.spec(id)
         merged = {**spec.kwargs, **kwargs}
-        call = call_text("make", id, kwargs)
+        call = lambda: call_text("make", id, kwargs)  # noqa: E731  (only an error needs the text)
         env_kw = {k: v for k, v in merged.items() if k in ENV_KWARGS}
         domain = spec._load({k: v for k, v in merged.items() if k not in ENV_KWARGS}, call)
         try:
             return TauEnv(domain, **env_kw)
         except Error as e:
-            raise _prefixed(e, call) from e
+            raise _prefixed(e, call()) from e
 
     def ids(self) -> list[str]:
         return sorted(self.specs)
