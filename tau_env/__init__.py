@@ -36,6 +36,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+local"
 
 __all__ = [
+    "error",
     "Action",
     "AsyncPolicy",
     "Document",

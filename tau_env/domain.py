@@ -148,7 +148,7 @@ class Domain:
     def toolbox(self, retrieval: str | None = None) -> Toolbox:
         """Domain tools plus the knowledge tools of ``retrieval`` (cached)."""
         key = retrieval or self.retrieval
-        box = self._toolboxes.get(key)
+        box = self._toolboxes.get(key) if isinstance(key, str) else None
         if box is None:
             box = self._toolboxes[key] = Toolbox([*self.tools, *knowledge_tools(key)])
         return box
@@ -165,8 +165,8 @@ class Domain:
 
     def system_prompt(self, retrieval: str | None = None, task: Task | None = None) -> str:
         key = retrieval or self.retrieval
-        if key not in RETRIEVAL_CONFIGS:
-            knowledge_tools(key)  # raises with the list of configurations
+        if not isinstance(key, str) or key not in RETRIEVAL_CONFIGS:
+            knowledge_tools(key)  # raises InvalidOptionError with the list of configurations
         hints = {
             "none": "You have no access to the policy documents; rely on this policy alone.",
             "grep": "Use grep_documents to find the policy documents' rules before acting.",

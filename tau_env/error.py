@@ -109,3 +109,7 @@ class TaskFileError(TaskError, DomainError):
 
 class NotPicklableError(Error, TypeError):
     """Raised when pickling (or shallow-copying) an object that holds live in-process state, such as a TauEnv."""
+
+
+class UsageError(Error, TypeError):
+    """Raised when an object is used in a way it does not support (e.g. an asynchronous policy called synchronously)."""

@@ -30,7 +30,6 @@ INTERNAL_RAISES = {
     ("knowledge/__init__.py", "EOFError"): "caught by the grep worker's client",
     ("llm/__init__.py", "AttributeError"): "a module __getattr__ must raise it",
     ("llm/http.py", "ValueError"): "a server's malformed reply, turned into ServerConnectionError",
-    ("llm/policies.py", "TypeError"): "an async policy called synchronously (to become a named error)",
 }
 #: ``assert`` statements left in tau_env: internal invariants only (``python -O`` drops them).
 INTERNAL_ASSERTS = {"llm/http.py": 1, "testing.py": 1}
@@ -156,3 +155,11 @@ def test_local_client_needs_the_tokenizer_of_a_loaded_model():
 
     with pytest.raises(InvalidOptionError, match=r"^A loaded model \(object\) needs its tokenizer: pass tokenizer="):
         TransformersClient(object())
+
+
+@pytest.mark.parametrize("bad", [["bm25"], {"a": 1}, 7])
+def test_a_non_string_retrieval_on_the_domain_is_invalid_option(bad):
+    domain = tau_env.registry.load_domain("harbor-bank-v0")
+    for call in (domain.toolbox, domain.system_prompt):
+        with pytest.raises(InvalidOptionError, match=r"retrieval"):
+            call(bad)

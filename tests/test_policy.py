@@ -30,7 +30,7 @@ from tau_env import (
     call,
     say,
 )
-from tau_env.error import ClosedEnvError, InvalidOptionError, ResetNeeded
+from tau_env.error import ClosedEnvError, InvalidOptionError, ResetNeeded, UsageError
 from tau_env.harness.metrics import compute_metrics
 from tau_env.harness.results import check_record
 from tau_env.llm import ChatClient, LLMAgent, LLMUser
@@ -55,7 +55,7 @@ def test_llm_policies_are_async_policies_with_usage_and_description(cls):
     assert isinstance(p, AsyncPolicy) and is_async_policy(p)
     assert isinstance(p, SupportsUsage) and isinstance(p, SupportsDescribe)
     assert p.describe()["policy"] == cls.__name__
-    with pytest.raises(TypeError, match=rf"^{cls.__name__} is asynchronous: run it with tau_env.aevaluate"):
+    with pytest.raises(UsageError, match=rf"^{cls.__name__} is asynchronous: run it with tau_env.aevaluate"):
         p({"messages": [], "tools": []})
 
 

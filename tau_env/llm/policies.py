@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tau_env.error import UsageError
 from tau_env.llm.client import ChatClient, Usage
 from tau_env.llm.parsing import strip_reasoning, to_action
 from tau_env.messages import Message
@@ -63,7 +64,7 @@ class _LLMPolicy(AsyncPolicy):
         )
 
     def __call__(self, obs: Observation) -> Any:
-        raise TypeError(
+        raise UsageError(
             f"{type(self).__name__} is asynchronous: run it with tau_env.aevaluate / arun_episode "
             "(tau_env.evaluate does this for you)."
         )

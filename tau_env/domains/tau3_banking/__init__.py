@@ -81,6 +81,11 @@ class Tau3Domain(Domain):
     data_root: Path | None = None
     db_json: dict[str, Any] = field(default_factory=dict, repr=False)
     prompts: dict[str, str] = field(default_factory=dict, repr=False)
+    # Caches, built on first use: each task's initialization plan, the benchmark's BM25 index,
+    # and the agent prompts that do not depend on the task (by retrieval configuration).
+    _init_plans: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _bm25: Any = field(default=None, init=False, repr=False, compare=False)
+    _prompt_cache: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def load_seed(self, conn: sqlite3.Connection) -> None:
         load_seed(conn, self.db_json)
@@ -91,7 +96,7 @@ class Tau3Domain(Domain):
         return lambda conn: self.apply_initial_state(conn, task)
 
     def apply_initial_state(self, conn: sqlite3.Connection, task: Task) -> None:
-        plans = self.__dict__.setdefault("_init_plans", {})
+        plans = self._init_plans
         plan = plans.get(task.id)
         if plan is None:
             try:

@@ -129,10 +129,9 @@ def _config(key: str) -> RetrievalConfig:
 # --- tools --------------------------------------------------------------------------------------
 def _index(domain: Tau3Domain) -> BenchmarkBM25:
     """The benchmark's BM25 over the domain's documents, built once per domain."""
-    idx = domain.__dict__.get("_bm25")
-    if idx is None:
-        idx = domain.__dict__["_bm25"] = BenchmarkBM25(domain.documents)
-    return idx
+    if domain._bm25 is None:
+        domain._bm25 = BenchmarkBM25(domain.documents)
+    return domain._bm25
 
 
 def dense_hits(domain: Tau3Domain, query: str, k: int = TOP_K) -> list[tuple[Document, float]]:
@@ -205,7 +204,7 @@ def _component(domain: Tau3Domain, name: str, key: str) -> str:
 
 
 def _task_free_prompt(domain: Tau3Domain, key: str, config: RetrievalConfig) -> str:
-    cache = domain.__dict__.setdefault("_prompt_cache", {})
+    cache = domain._prompt_cache
     if key in cache:
         return cache[key]
     template = domain.prompts.get(config.prompt)
