@@ -149,11 +149,40 @@ def query_listing(self: Tau3Context, table: str, field_name: str, value: Any) ->
     return listing(table, rows)
 
 
+def found_by_field(self: Tau3Context, table: str, field_name: str, value: Any) -> bool:
+    """The benchmark's existence check by a field, through the pasted JSON filter of
+    :func:`query_listing`: only a listing that says "No records found" counts as absent (a filter
+    that does not parse is an error text, so it counts as found).
+    """
+    return "No records found" not in query_listing(self, table, field_name, value)
+
+
 def money(value: Any) -> float:
-    """A balance as a number: numbers as is, strings without ``$`` and ``,``."""
+    """A balance as a number: numbers as is, strings without ``$`` and ``,``, anything else (null,
+    a list) 0.0, as the benchmark's balance parser.
+    """
     if isinstance(value, (int, float)):
         return value
-    return float(str(value).replace("$", "").replace(",", ""))
+    if isinstance(value, str):
+        return float(value.replace("$", "").replace(",", ""))
+    return 0.0
+
+
+def seed(*parts: Any) -> str:
+    """The parts of an id seed joined by ``:``, as the benchmark's ``":".join``: a part that is not a
+    string (a number, a boolean, null, a list) raises Python's own ``TypeError: sequence item <i>:
+    expected str instance, <type> found``, which ``call_discoverable_*_tool`` report as invalid
+    arguments and the environment as an error. (Ids the benchmark builds with f-strings instead
+    accept any value; those tools keep their f-strings.).
+    """
+    return ":".join(parts)
+
+
+def missing(*values: Any) -> bool:
+    """The benchmark's required-parameters guard ``if not a or not b ...``: any value falsy
+    (``""``, ``0``, ``0.0``, ``False``, ``None``, ``[]``, ``{}``) counts as missing.
+    """
+    return not all(values)
 
 
 def ints_to_floats(value: Any) -> Any:

@@ -16,6 +16,8 @@ from tau_env.domains.tau3_banking.toolkit import (
     executed_block,
     listing,
     money,
+    query_listing,
+    seed,
     shown_name,
     user_tool,
 )
@@ -75,7 +77,7 @@ def apply_for_credit_card(
 
 @user_tool
 def submit_referral(self: Tau3Context, user_id: str, account_type: str) -> str:
-    rid = H(f"referral:{user_id}:{account_type}", 16)
+    rid = H(seed("referral", user_id, account_type), 16)
     row = {
         "referral_id": rid,
         "referrer_id": user_id,
@@ -141,10 +143,11 @@ def submit_transaction(
 ) -> str:
     if credit_card_type not in REWARDS:
         return f"Error: Unknown credit card type '{credit_card_type}'. Available types: {list(REWARDS)}"
+    # The benchmark's order: the id (amount formatted, then the parts joined), then the rate and points.
+    rid = "txn_" + H(seed("transaction", user_id, credit_card_type, merchant_name, f"{amount:.2f}", category), 12)
     rates = REWARDS[credit_card_type]
     rate = rates.get(category, rates["default"])
     points = int(amount * rate)
-    rid = "txn_" + H(f"transaction:{user_id}:{credit_card_type}:{merchant_name}:{amount:.2f}:{category}", 12)
     row = {
         "transaction_id": rid,
         "user_id": user_id,
@@ -251,7 +254,9 @@ def get_card_last_4_digits(self: Tau3Context, credit_card_account_id: str) -> st
     error = _given_and_logged(self, name, args)
     if error:
         return error
-    if not self.store.exists("credit_card_accounts", credit_card_account_id):
+    # The benchmark looks the account up by its account_id field, with the id pasted into a JSON
+    # filter: a filter that does not parse finds "no error", so the lookup passes.
+    if "No records found" in query_listing(self, "credit_card_accounts", "account_id", credit_card_account_id):
         return f"Error: Credit card account '{credit_card_account_id}' not found."
     return (
         "Card information retrieved successfully.\n\n"
@@ -270,13 +275,13 @@ def deposit_check_3847(self: Tau3Context, account_id: str, check_amount: float) 
     try:
         amount = float(check_amount)
     except (TypeError, ValueError):
-        return "Error: Invalid check amount. Must be a number."
+        return f"Error: Invalid check amount '{check_amount}'. Must be a number."
     if amount <= 0:
         return "Error: Check amount must be positive."
     acct = self.store.get("accounts", account_id)
     if acct is None:
         return f"Error: Account '{account_id}' not found."
-    if str(acct.get("status", "")).upper() not in ("ACTIVE", "OPEN"):
+    if acct.get("status") not in ("ACTIVE", "OPEN"):
         return f"Error: Account '{account_id}' is not active."
     previous = money(acct.get("current_holdings", acct.get("balance", 0)))
     new = previous + amount

@@ -12,6 +12,7 @@ from tau_env.domains.tau3_banking.toolkit import (
     age_days,
     discoverable_agent_tool,
     listing,
+    missing,
     money,
     query_listing,
 )
@@ -83,6 +84,8 @@ def _eligible(accounts: list[dict[str, Any]], account_type: str) -> bool:
 
 @discoverable_agent_tool
 def open_bank_account_4821(self: Tau3Context, user_id: str, account_type: str, account_class: str) -> str:
+    if missing(user_id, account_type, account_class):
+        return "Error: Missing required parameters."
     if account_type not in ACCOUNT_TYPES:
         return f"Error: Invalid account_type. Must be one of: {ACCOUNT_TYPES}"
     accounts = [row for _, row in self.store.where("accounts", user_id=user_id)]
@@ -229,20 +232,27 @@ def _apply_credit(
     dollar: str,
 ) -> str:
     """The checking (``kind="checking"``) and savings (``kind="savings"``) credit tools."""
+    if missing(account_id, credit_type) or amount is None:
+        return "Error: Missing required parameters."
     try:
         value = float(amount)
     except (TypeError, ValueError):
-        value = None
-    if value is None or value <= 0:
-        return "Error: Amount must be a positive number."
-    if credit_type not in credits:
-        return f"Error: Invalid credit_type '{credit_type}'. Must be one of: {list(credits)}"
+        return "Error: Invalid credit amount. Must be a number."
+    if value <= 0:
+        return "Error: Credit amount must be positive."
+    # A list scan, as the benchmark's: an unhashable credit_type is simply not in it.
+    if credit_type not in list(credits):
+        return f"Error: Invalid credit_type. Must be one of: {list(credits)}"
     account = self.store.get("accounts", account_id)
     if account is None:
         return f"Error: Account '{account_id}' not found."
-    if str(account.get("class", "")).lower() not in classes:
-        return f"Error: Account '{account_id}' is not a {kind} account. Credits can only be applied to {kind} accounts."
-    if not is_live(account):
+    if account.get("class", "").lower() not in classes:
+        return f"Error: Account '{account_id}' is not a {kind} account. " + (
+            "Credits can only be applied to checking accounts."
+            if kind == "checking"
+            else "This tool only applies to savings accounts."
+        )
+    if account.get("status") not in LIVE:
         return f"Error: Account '{account_id}' is not active."
     previous = balance_of(account)
     new = previous + value
@@ -295,12 +305,14 @@ def submit_interest_discrepancy_report_7294(
     actual_apy: float,
     amount_difference: float,
 ) -> str:
+    if missing(account_id, user_id) or any(v is None for v in (expected_apy, actual_apy, amount_difference)):
+        return "Error: Missing required parameters."
     try:
         expected = float(expected_apy)
         actual = float(actual_apy)
         difference = float(amount_difference)
     except (TypeError, ValueError):
-        return "Error: Invalid numeric values. expected_apy, actual_apy and amount_difference must be numbers."
+        return "Error: expected_apy, actual_apy, and amount_difference must be numbers."
     account = self.store.get("accounts", account_id)
     if account is None:
         return f"Error: Account '{account_id}' not found."
@@ -312,7 +324,7 @@ def submit_interest_discrepancy_report_7294(
     # stored; the only DB effect is the call-log row written by call_discoverable_agent_tool.
     return (
         f"\nInterest Discrepancy Report Submitted Successfully!\n  - Report ID: {rid}\n"
-        f"  - Account: {account_id} ({account.get('level', 'Unknown')})\n  - Customer: {user.get('name')}\n"
+        f"  - Account: {account_id} ({account.get('level', 'Unknown')})\n  - Customer: {user.get('name', 'Unknown')}\n"
         f"  - Expected APY: {expected}%\n  - Actual APY: {actual}%\n"
         f"  - APY Difference: {round(expected - actual, 4)}%\n  - Amount Difference: ${difference:.2f}\n"
         "  - Status: PENDING_REVIEW\n\n"

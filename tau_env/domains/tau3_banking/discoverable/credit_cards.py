@@ -8,7 +8,10 @@ from tau_env.domains.tau3_banking.toolkit import (
     Tau3Context,
     discoverable_agent_tool,
     executed_block,
+    found_by_field,
+    missing,
     query_listing,
+    seed,
     title_case,
 )
 
@@ -242,6 +245,8 @@ def get_pending_replacement_orders_5765(self: Tau3Context, credit_card_account_i
 def log_credit_card_closure_reason_4521(
     self: Tau3Context, credit_card_account_id: str, user_id: str, closure_reason: str
 ) -> str:
+    if missing(credit_card_account_id, user_id, closure_reason):
+        return "Error: Missing required parameters."
     if closure_reason not in CLOSURE_REASONS:
         return f"Error: Invalid closure_reason. Must be one of: {CLOSURE_REASONS}"
     rid = "clsr_" + H(f"closure_reason:{credit_card_account_id}:{user_id}", 12)
@@ -281,14 +286,14 @@ def get_closure_reason_history_8293(self: Tau3Context, credit_card_account_id: s
 
 @discoverable_agent_tool
 def close_credit_card_account_7834(self: Tau3Context, credit_card_account_id: str, user_id: str) -> str:
+    if missing(credit_card_account_id, user_id):
+        return "Error: Missing required parameters (credit_card_account_id, user_id)."
     # Neither ownership, balance nor status is checked, as in the benchmark.
-    if not self.store.exists("credit_card_accounts", credit_card_account_id):
+    if not found_by_field(self, "credit_card_accounts", "account_id", credit_card_account_id):
         return _card_not_found(credit_card_account_id)
-    self.store.update(
-        "credit_card_accounts",
-        credit_card_account_id,
-        {"status": "CLOSED", "closed_date": TODAY, "closed_by": user_id},
-    )
+    closed = {"status": "CLOSED", "closed_date": TODAY, "closed_by": user_id}
+    if self.store.update("credit_card_accounts", credit_card_account_id, closed) is None:
+        return f"Error: Failed to close credit card account '{credit_card_account_id}'."
     args = {"credit_card_account_id": credit_card_account_id, "user_id": user_id}
     return (
         "Credit card account closed successfully.\n\n"
@@ -307,9 +312,9 @@ def apply_statement_credit_8472(
         return "Error: Credit amount must be positive."
     if reason not in STATEMENT_CREDIT_REASONS:
         return f"Error: Invalid reason. Must be one of: {STATEMENT_CREDIT_REASONS}"
-    if not self.store.exists("credit_card_accounts", credit_card_account_id):
+    if not found_by_field(self, "credit_card_accounts", "account_id", credit_card_account_id):
         return _card_not_found(credit_card_account_id)
-    rid = "txn_" + H(f"transaction:{user_id}:STATEMENT_CREDIT:{reason}:{amount:.2f}:Statement Credit", 12)
+    rid = "txn_" + H(seed("transaction", user_id, "STATEMENT_CREDIT", reason, f"{amount:.2f}", "Statement Credit"), 12)
     row = {
         "transaction_id": rid,
         "user_id": user_id,

@@ -13,6 +13,7 @@ from tau_env.domains.tau3_banking.toolkit import (
     age_days,
     discoverable_agent_tool,
     listing,
+    missing,
     title_case,
 )
 
@@ -63,7 +64,7 @@ MONTH_END = {1: 31, 2: 28, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 
 
 def _pin_error(pin: Any) -> str | None:
     """The PIN rules shared by activation, reset and change; ``isdigit`` runs on the raw value."""
-    if not pin.isdigit() or len(pin) != 4:
+    if not pin or not pin.isdigit() or len(pin) != 4:
         return "Error: PIN must be exactly 4 digits."
     if pin in SEQUENTIAL_PINS:
         return "Error: PIN cannot be sequential (e.g., 1234). Please choose a more secure PIN."
@@ -396,9 +397,11 @@ def activate_debit_card_8293(
 # --- status changes -------------------------------------------------------------------------------
 @discoverable_agent_tool
 def close_debit_card_4721(self: Tau3Context, card_id: str, reason: str) -> str:
+    if missing(card_id, reason):
+        return "Error: Missing required parameters. Required: card_id, reason."
     reason = reason.lower()
     if reason not in CLOSE_REASONS:
-        return f"Error: Invalid reason '{reason}'. Must be one of: {', '.join(CLOSE_REASONS)}"
+        return f"Error: Invalid reason. Must be one of: {list(CLOSE_REASONS)}"
     card = self.store.get("debit_cards", card_id)
     if card is None:
         return f"Error: Debit card '{card_id}' not found."
@@ -561,6 +564,8 @@ def reset_debit_card_pin_6284(self: Tau3Context, card_id: str, last_4_digits: st
 
 @discoverable_agent_tool
 def change_debit_card_pin_6285(self: Tau3Context, card_id: str, current_pin: str, new_pin: str) -> str:
+    if missing(card_id, current_pin, new_pin):
+        return "Error: Missing required parameters. Required: card_id, current_pin, new_pin."
     if not current_pin.isdigit() or len(current_pin) != 4:
         return "Error: Current PIN must be exactly 4 digits."
     error = _pin_error(new_pin)

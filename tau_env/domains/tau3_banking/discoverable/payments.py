@@ -7,6 +7,7 @@ from tau_env.domains.tau3_banking.toolkit import (
     H,
     Tau3Context,
     discoverable_agent_tool,
+    missing,
     money,
     query_listing,
 )
@@ -215,6 +216,8 @@ def approve_credit_limit_increase_5847(
 def deny_credit_limit_increase_5848(
     self: Tau3Context, credit_card_account_id: str, user_id: str, denial_reason: str
 ) -> str:
+    if missing(credit_card_account_id, user_id, denial_reason):
+        return "Error: Missing required parameters."
     if denial_reason not in DENIAL_REASONS:
         return f"Error: Invalid denial_reason. Must be one of: {', '.join(DENIAL_REASONS)}"
     if not self.store.exists("credit_card_accounts", credit_card_account_id):
