@@ -178,6 +178,34 @@ class Domain:
         )
         return self.policy.replace("{retrieval_instructions}", text)
 
+    # --- the seats' chats (hooks) ---------------------------------------------------------
+    def user_system_prompt(self, task: Task) -> str:
+        """The user seat's system message for ``task`` (a hook: a benchmark's domain may give its own
+        simulator's prompt). Default: tau_env's simulator prompt, :func:`tau_env.users.user_system_prompt`.
+        """
+        from tau_env.users import user_system_prompt
+
+        return user_system_prompt(self, task.scenario)
+
+    def own_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """How a seat's own action (canonical, as the trajectory records it) appears in that seat's chat,
+        the history its model is sent next (a hook: a benchmark may lay messages out its own way).
+        Default: the action itself.
+        """
+        return message
+
+    def tool_message(self, call_id: str, name: str, content: str) -> dict[str, Any]:
+        """How a tool result appears in the caller's chat (a hook, as ``own_message``)."""
+        return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+    def prompt_config(self) -> dict[str, Any]:
+        """What identifies the seats' prompts in a run's ``config.json`` (a hook; keys are added to the
+        config, and identify the run). Default: tau_env's prompt style and user-simulator prompt version.
+        """
+        from tau_env.users import USER_PROMPT_VERSION
+
+        return {"prompt_style": "tau_env", "user_prompt_version": USER_PROMPT_VERSION}
+
     # --- replay ------------------------------------------------------------------------
     def replay_record(self, task: Task) -> dict[str, Any]:
         """A task's reference replay as data: each action's output and error flag, and the final database."""

@@ -426,12 +426,10 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
         self._ctx = self.domain.context(self._db, task, self.toolbox)
         self._steps = 0
         self._scenario = task.scenario.model_dump()
-        from tau_env.users import user_system_prompt
-
-        # Each seat's chat, from its own point of view.
+        # Each seat's chat, from its own point of view (its layout: the domain's hooks).
         self._views: dict[str, list[dict[str, Any]]] = {
             AGENT: [{"role": "system", "content": self._prompt_for(task)}],
-            USER: [{"role": "system", "content": user_system_prompt(self.domain, task.scenario)}],
+            USER: [{"role": "system", "content": self.domain.user_system_prompt(task)}],
         }
         if self.domain.greeting:
             self._views[AGENT].append({"role": "assistant", "content": self.domain.greeting})
@@ -522,7 +520,7 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
         if calls:
             results = self._run_strict(seat, calls) if self.strict_tools else None
             view = self._views[seat]
-            view.append(msg)
+            view.append(self.domain.own_message(msg))
             records = []
             try:
                 for i, c in enumerate(calls):
@@ -532,7 +530,7 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
                         res = self.toolbox.call(self._ctx, seat, c.name, c.arguments)  # never raises for the model
                     else:
                         res = ToolResult(c.name, f"Error: {c.error}", error=True)
-                    view.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": res.content})
+                    view.append(self.domain.tool_message(c.id, c.name, res.content))
                     records.append({"tool_call_id": c.id, "name": c.name, "content": res.content, "error": res.error})
                     if res.ends_episode:
                         ended = TerminationReason.TRANSFER
@@ -543,7 +541,7 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
             event["tool_results"] = records
             next_seat = seat  # the caller reads its results and keeps the turn
         else:
-            self._views[seat].append(msg)
+            self._views[seat].append(self.domain.own_message(msg))
             self._views[_OTHER[seat]].append({"role": "user", "content": msg.get("content") or ""})
             next_seat = _OTHER[seat]
             if seat == USER:

@@ -50,10 +50,13 @@ NL = b"\n"
 
 #: config.json keys that may differ between a folder and a run resuming into it; every other key
 #: identifies the run (agent, user, models and sampling, seed, env, domain, retrieval, max_steps,
-#: tasks, loop_limit, make keywords, extra ``config`` entries, user prompt version).
+#: tasks, loop_limit, make keywords, extra ``config`` entries, the domain's ``prompt_config()``: prompt
+#: style, user prompt version, user-guideline hashes).
 NOT_IDENTIFYING = frozenset(
     {"tau_env_version", "trials", "concurrency", "backend", "episode_retries", "resumed_episodes", "skipped_records"}
 )
+#: Identifying keys that configs written before they existed lack, with the value those runs had.
+LATER_KEYS = {"prompt_style": "tau_env", "user_guidelines_sha256": None}
 #: Keys of a model policy's description that say how to reach the model, not which model it is.
 TRANSPORT = frozenset({"base_url", "api_key_env", "timeout", "retries"})
 
@@ -86,6 +89,8 @@ def _identity(config: dict[str, Any]) -> dict[str, Any]:
     """The settings that identify a run, as JSON would give them back."""
     cfg = json.loads(json.dumps(config, default=str))
     out = {k: v for k, v in cfg.items() if k not in NOT_IDENTIFYING}
+    for k, v in LATER_KEYS.items():
+        out.setdefault(k, v)
     for seat in ("agent", "user"):
         if isinstance(out.get(seat), dict):
             out[seat] = {k: v for k, v in out[seat].items() if k not in TRANSPORT}

@@ -174,7 +174,6 @@ class _Run:
         loop_limit: int | None,
     ) -> _Run:
         from tau_env import __version__
-        from tau_env.users import USER_PROMPT_VERSION
 
         make_env = _make_env(env, **make_kwargs)
         first = make_env()
@@ -191,7 +190,7 @@ class _Run:
                 "trials": trials,
                 "seed": seed,
                 "loop_limit": loop_limit,
-                "user_prompt_version": USER_PROMPT_VERSION,
+                **first.domain.prompt_config(),  # prompt style, user prompt version, guideline hashes
                 "agent": _describe(sample_agent),
                 "user": _describe(sample_user),
                 "tasks": sorted({t for t, _, _ in plan}),
