@@ -1,37 +1,54 @@
 """Exact-match grading: reward 1 iff the final database equals Exec(s0, A*).
 
 The target of each task (its state after replaying the reference actions on s0) is computed
-once and cached as per-table digests. Grading a live episode re-hashes only the tables that
-the episode's writes touched; every other table still equals s0, so its digest is known.
+once and cached as per-table digests; a grader with a ``store`` (a :class:`~tau_env.diskcache.DiskCache`
+keyed by everything the targets depend on) also keeps the digests on disk, so that a new process
+reads them instead of replaying every task. Grading a live episode compares the episode's
+digests, which triggers keep up to date, with the target's.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tau_env.db import EpisodeDB, diff_rows
 
 if TYPE_CHECKING:
+    from tau_env.diskcache import DiskCache
     from tau_env.domain import Domain
     from tau_env.tasks import Task
+
+_DIGEST = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
 class Target:
-    """A task's cached expected state.
+    """A task's cached expected state: its per-table ``digests``.
 
-    The explanation caches fill on the first failed grade: the target's rows of a table, the
-    task's initial digests, and the diff of each table an episode left as it started (the same
-    diff for every such episode of the task, kept as JSON text so that no caller can change it).
+    ``image`` (the serialized state) is only needed to explain a failed grade: it is built on
+    first use by ``build_image`` (replaying the task) and then kept. The explanation caches also
+    fill on the first failed grade: the target's rows of a table, the task's initial digests, and
+    the diff of each table an episode left as it started (the same diff for every such episode of
+    the task, kept as JSON text so that no caller can change it).
     """
 
-    image: bytes
     digests: dict[str, str]
+    build_image: Callable[[], bytes] = field(repr=False, compare=False)
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, compare=False)
     initial_digests: dict[str, str] = field(default_factory=dict, compare=False)
     untouched_diffs: dict[str, str] = field(default_factory=dict, compare=False)
+    _image: list[bytes] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    @property
+    def image(self) -> bytes:
+        """The target state, serialized (``EpisodeDB(schema, image)`` opens it)."""
+        if not self._image:
+            self._image.append(self.build_image())
+        return self._image[0]
 
 
 @dataclass
@@ -53,21 +70,61 @@ class Grade:
 
 
 class Grader:
-    """Grades episodes of one domain against cached targets."""
+    """Grades episodes of one domain against cached targets.
 
-    def __init__(self, domain: Domain):
+    ``store``: where target digests are kept between processes (None: in memory only). Its key
+    must cover everything a target depends on (the domain's data, schema and tools' code), since
+    the grader trusts a stored entry that passes its checks (checksum, task id, table names).
+    """
+
+    def __init__(self, domain: Domain, store: DiskCache | None = None):
         self.domain = domain
+        self.store = store
         self._targets: dict[str, Target] = {}
 
     def target(self, task: Task) -> Target:
         t = self._targets.get(task.id)
         if t is None:
-            db = self.domain.start_db(task)
-            self.domain.run_actions(db, task)
-            t = Target(db.snapshot(), db.table_digests())
-            db.close()
-            self._targets[task.id] = t
+            digests = self._stored(task)
+            if digests is None:
+                db = self._replay(task)
+                digests = db.table_digests()
+                db.close()
+                if self.store is not None:
+                    self.store.put(task.id, json.dumps({"task": task.id, "digests": digests}).encode())
+            t = self._targets[task.id] = Target(digests, lambda: self._image(task))
         return t
+
+    def _replay(self, task: Task) -> EpisodeDB:
+        """A database holding ``task``'s target state: s0 with the reference actions run on it."""
+        db = self.domain.start_db(task)
+        self.domain.run_actions(db, task)
+        return db
+
+    def _image(self, task: Task) -> bytes:
+        db = self._replay(task)
+        try:
+            return db.snapshot()
+        finally:
+            db.close()
+
+    def _stored(self, task: Task) -> dict[str, str] | None:
+        """The task's digests from ``store``, if there and well-formed (one digest per table of the schema)."""
+        raw = self.store.get(task.id) if self.store is not None else None
+        if raw is None:
+            return None
+        try:
+            entry = json.loads(raw)
+            digests = entry["digests"]
+            ok = (
+                entry["task"] == task.id
+                and isinstance(digests, dict)
+                and digests.keys() == self.domain.schema.tables.keys()
+                and all(isinstance(d, str) and _DIGEST.fullmatch(d) for d in digests.values())
+            )
+        except (ValueError, TypeError, KeyError):  # not JSON, not UTF-8, not an object
+            return None
+        return digests if ok else None
 
     def differing_tables(self, db: EpisodeDB, task: Task) -> list[str]:
         """Tables whose rows differ from the task's target (one digest lookup per table)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.db import EpisodeDB, Schema
+from tau_env.diskcache import DiskCache, cache_key, code_fingerprint
 from tau_env.domain import Domain
 from tau_env.domains.tau3_banking import agent_tools as _agent_tools  # noqa: F401  (registers the tools)
 from tau_env.domains.tau3_banking import discoverable as _discoverable  # noqa: F401
@@ -156,7 +157,7 @@ def _load(root: str, retrieval: str) -> Tau3Domain:
 
     def build() -> Tau3Domain:
         data = load_data(Path(root))
-        return Tau3Domain(
+        domain = Tau3Domain(
             name="tau3-banking",
             schema=Schema.from_ddl(DDL),
             seed={},
@@ -173,6 +174,10 @@ def _load(root: str, retrieval: str) -> Tau3Domain:
             db_json=data.db,
             prompts=data.prompts,
         )
+        # Targets depend on db.json, the task files and the code (schema and tools): not on the
+        # folder's place, the documents, the prompts or the retrieval configuration.
+        domain.grader.store = DiskCache("tau3-targets", cache_key(code_fingerprint(), data.fingerprint))
+        return domain
 
     return domain_cache.get(("tau3-banking", root, retrieval), build)
 

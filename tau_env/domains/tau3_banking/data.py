@@ -9,6 +9,7 @@ Only the fields the loader reads are checked; others are kept as they are.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -19,7 +20,16 @@ from tau_env.domains.tau3_banking import interface
 from tau_env.domains.tau3_banking.store import TABLES
 from tau_env.error import DomainError, TaskFileError, did_you_mean
 from tau_env.knowledge import Document
-from tau_env.tasks import Action, Scenario, Task, json_path, read_json_file, read_text_file, type_name
+from tau_env.tasks import (
+    Action,
+    Scenario,
+    Task,
+    json_path,
+    parse_json,
+    read_json_file,
+    read_text_file,
+    type_name,
+)
 
 ENV_VAR = "TAU3_BANKING_DATA"
 _NON_MUTATING = frozenset(
@@ -36,6 +46,8 @@ class Tau3Data:
     documents: list[Document]
     tasks: list[Task]
     prompts: dict[str, str]
+    #: SHA-256 of the files the tasks' targets depend on (db.json and the task files), as read.
+    fingerprint: str = ""
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
@@ -229,8 +241,23 @@ def load_task(path: Path) -> Task:
 
 
 def load(root: Path) -> Tau3Data:
+    """Read and check the data folder ``root``.
+
+    The result's ``fingerprint`` hashes the bytes of db.json and of every task file as they were
+    parsed (no second read, so it cannot differ from what was loaded): the grading targets depend
+    on those and on the code, not on the documents or prompts.
+    """
+    fingerprint = hashlib.sha256()
+
+    def read(path: Path, error: type[DomainError]) -> str:
+        text = read_text_file(path, error)
+        data = text.encode("utf-8", "surrogatepass")
+        fingerprint.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode("utf-8", "surrogatepass"))
+        fingerprint.update(data)
+        return text
+
     db_file = root / "db.json"
-    db = read_json_file(db_file)
+    db = parse_json(read(db_file, DomainError), str(db_file))
     check_db(db, db_file)
     task_files = sorted((root / "tasks").glob("task_*.json"))
     if not task_files:
@@ -238,7 +265,9 @@ def load(root: Path) -> Tau3Data:
     tasks = []
     origin: dict[str, Path] = {}
     for p in task_files:
-        task = load_task(p)
+        raw = parse_json(read(p, TaskFileError), str(p), TaskFileError)
+        check_task(raw, p)
+        task = convert_task(raw, str(p))
         if task.id in origin:
             raise TaskFileError(f"{p}: id: {task.id!r} is also the id of {origin[task.id]}.")
         origin[task.id] = p
@@ -246,4 +275,4 @@ def load(root: Path) -> Tau3Data:
     prompts = {}
     for p in sorted((root / "prompts").rglob("*.md")):
         prompts[str(p.relative_to(root / "prompts").with_suffix(""))] = read_text_file(p)
-    return Tau3Data(root, db, load_documents(root), tasks, prompts)
+    return Tau3Data(root, db, load_documents(root), tasks, prompts, fingerprint.hexdigest())
