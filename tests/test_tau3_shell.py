@@ -120,7 +120,7 @@ def test_cache_is_the_layout_with_the_benchmarks_modes(documents):
 
 
 def test_concurrent_builders_agree_and_leave_no_partial_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv("TAU_ENV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TAU_ENV_CACHE", str(tmp_path))
     docs = [Document(f"d/{i}", f"T{i}", secrets.token_hex(8)) for i in range(50)]
     paths, errors = [], []
 
@@ -344,7 +344,15 @@ def test_write_outside_scratch_fails_and_scratch_is_per_episode(domain, bwrap):
 
 
 def test_read_only_mode_refuses_every_write(ro):
-    for cmd in ("touch INDEX.md", "rm INDEX.md", "echo x > n", "mkdir d", "sed -i s/a/b/ INDEX.md", "chmod 777 ."):
+    for cmd in (
+        "touch INDEX.md",
+        "rm INDEX.md",
+        "echo x >> INDEX.md",
+        "echo x > n",
+        "mkdir d",
+        "sed -i s/a/b/ INDEX.md",
+        "chmod 777 .",
+    ):
         assert "Read-only file system" in run(ro, cmd), cmd
 
 

@@ -130,21 +130,21 @@ def _sandbox_uid() -> tuple[int, int] | None:
 
 
 def _cache_root() -> Path:
-    """Where knowledge bases are cached: ``$TAU_ENV_CACHE_DIR`` or ``~/.cache/tau_env``, under
+    """Where knowledge bases are cached: ``$TAU_ENV_CACHE`` or ``~/.cache/tau_env``, under
     ``tau3_shell``. As root, the sandbox's uid must traverse it, so it is
     ``<tmp>/tau_env-shell-root`` (a root-owned folder nobody else can write).
     """
     if _sandbox_uid() is not None:
         root = Path(tempfile.gettempdir()) / "tau_env-shell-root"
     else:
-        base = os.environ.get("TAU_ENV_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tau_env")
+        base = os.environ.get("TAU_ENV_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tau_env")
         root = Path(base) / "tau3_shell"
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
     st = os.lstat(root)
     if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not os.path.isdir(root) or os.path.islink(root):
         raise PermissionError(
             f"The shell's cache folder {root} must be a folder owned by this user and writable only by it; "
-            "remove it or set TAU_ENV_CACHE_DIR."
+            "remove it or set TAU_ENV_CACHE."
         )
     os.chmod(root, 0o755)
     return root
