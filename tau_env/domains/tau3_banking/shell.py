@@ -408,7 +408,7 @@ class Scratch:
     of its files, which a restored episode unpacks into a fresh copy on its next call.
     """
 
-    def __init__(self, source: Path | None = None, image: bytes | None = None):
+    def __init__(self, files: dict[str, bytes] | None = None, image: bytes | None = None):
         self.root = Path(tempfile.mkdtemp(prefix="tau_env_shell_"))
         self.path = self.root / "knowledge_base"
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.root), True)
@@ -416,16 +416,21 @@ class Scratch:
         owner = _sandbox_uid()
         if image is None:
             self.path.mkdir(mode=0o755)
-            for entry in os.scandir(source):
-                shutil.copyfile(entry.path, self.path / entry.name)
-                os.chmod(self.path / entry.name, 0o644)
+            os.chmod(self.path, 0o755)
+            for name, data in (files or {}).items():
+                with open(os.open(self.path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
+                    f.write(data)
+                    os.fchmod(f.fileno(), 0o644)  # whatever the umask
+                    if owner:
+                        os.fchown(f.fileno(), *owner)
         else:
             with tarfile.open(fileobj=io.BytesIO(image)) as tar:
                 tar.extractall(self.root, filter="tar")
+            if owner:
+                for dirpath, dirnames, filenames in os.walk(self.path):
+                    for name in [*dirnames, *filenames]:
+                        os.chown(os.path.join(dirpath, name), *owner, follow_symlinks=False)
         if owner:
-            for dirpath, dirnames, filenames in os.walk(self.path):
-                for name in [*dirnames, *filenames]:
-                    os.chown(os.path.join(dirpath, name), *owner, follow_symlinks=False)
             os.chown(self.path, *owner)
 
     def remove(self) -> None:
@@ -461,6 +466,7 @@ def shell_tools(domain: Any, *, write: bool) -> list[Tool]:
     digest = kb_digest(documents)
     sandbox = Sandbox(sandbox_bwrap, f"/tmp/agentic_search_{digest[:8]}/knowledge_base")
     kb: list[Path] = []
+    files: dict[str, bytes] = {}  # the layout in memory, for scratch copies (write mode)
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - the benchmark skips the home rewrite then
@@ -475,7 +481,9 @@ def shell_tools(domain: Any, *, write: bool) -> list[Tool]:
         if isinstance(scratch, ScratchImage):
             scratch = ctx.state["shell_scratch"] = Scratch(image=scratch.data)
         elif scratch is None:
-            scratch = ctx.state["shell_scratch"] = Scratch(kb[0])
+            if not files:
+                files.update(kb_files(documents))
+            scratch = ctx.state["shell_scratch"] = Scratch(files)
         return scratch.path
 
     def shell(self: Any, command: str) -> str:
