@@ -136,9 +136,38 @@ def _domain_kwargs(args: argparse.Namespace, env_id: str) -> dict[str, Any]:
     return {"data_dir": args.data_dir}
 
 
+def _retrieval_rows(env_id: str) -> list[tuple[str, str, str]]:
+    """(configuration, knowledge tools, what it needs) for each retrieval configuration of ``env_id``."""
+    from tau_env.registry import registry
+
+    registry.spec(env_id)  # UnknownEnvError for an unregistered id
+    if env_id == "tau3-banking":
+        from tau_env.domains.tau3_banking.prompts import RETRIEVAL, needs
+
+        rows = []
+        for key, config in RETRIEVAL.items():
+            in_prompt = {"all": " (every document in the prompt)", "required": " (the task's documents in the prompt)"}
+            tools = ", ".join(config.tools) or "none" + in_prompt.get(config.documents or "", "")
+            need = "; ".join(needs(key)) or "nothing"
+            rows.append((key + (" (ours)" if config.ours else ""), tools, need))
+        return rows
+    from tau_env.knowledge.tools import EMBEDDING_TOOLS, RETRIEVAL_CONFIGS
+
+    return [
+        (key, ", ".join(names) or "none", "the 'embed' extra" if EMBEDDING_TOOLS.intersection(names) else "nothing")
+        for key, names in RETRIEVAL_CONFIGS.items()
+    ]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from tau_env.registry import registry
 
+    if args.retrieval is not None:
+        rows = [("configuration", "knowledge tools", "needs"), *_retrieval_rows(args.retrieval)]
+        widths = [max(len(r[i]) for r in rows) for i in range(2)]
+        for name, tools, need in rows:
+            _out(f"{name:<{widths[0]}}  {tools:<{widths[1]}}  {need}")
+        return 0
     width = max(len(i) for i in registry.ids())
     for env_id in registry.ids():
         _out(f"{env_id:<{width}}  {registry.spec(env_id).description}")
@@ -216,6 +245,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         make_kwargs["max_steps"] = args.max_steps
     if args.retrieval is not None:
         make_kwargs["retrieval"] = args.retrieval
+    options = retrieval_options_of(args)
+    if options:
+        make_kwargs["retrieval_options"] = options
     agent = _llm(args, "agent") or _agent(args.agent)
     user = _llm(args, "user") or _user(args.user)
     common = dict(
@@ -238,6 +270,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _out(format_metrics(run.metrics, f"{domain} | agent {agent_name} | user {user_name}"))
     _out(f"results: {run.out_dir}")
     return 0
+
+
+#: ``tau-env eval`` flags that set ``retrieval_options`` (endpoints of embedding and reranker configurations).
+RETRIEVAL_FLAGS = (
+    "embedding_model",
+    "embedding_base_url",
+    "embedding_api_key_env",
+    "reranker_model",
+    "reranker_base_url",
+    "reranker_api_key_env",
+)
+
+
+def retrieval_options_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``retrieval_options`` the --embedding-* and --reranker-* flags give (those set)."""
+    return {k: getattr(args, k) for k in RETRIEVAL_FLAGS if getattr(args, k, None) is not None}
 
 
 def _user(name: str) -> Any:
@@ -314,7 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     data_dir = dict(type=_path, help="data folder, for domains loaded from a path")
     tasks = dict(action="append", type=_name)
 
-    s = sub.add_parser("list", help="list registered environments")
+    s = sub.add_parser("list", help="list registered environments, or an environment's retrieval configurations")
+    s.add_argument(
+        "--retrieval",
+        metavar="ENV_ID",
+        type=_name,
+        help="list this environment's retrieval configurations: tools and what each needs (endpoint, sandbox)",
+    )
     s.set_defaults(fn=cmd_list)
 
     s = sub.add_parser("check", help="check a domain's tasks (replay, determinism, oracle play)")
@@ -368,7 +422,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", **tasks, help="run only this task (repeatable)")
     s.add_argument("--seed", type=_int(-(2**63), 2**63 - 1), default=0, help="base seed (default: 0)")
     s.add_argument("--max-steps", type=_int(1), help="step budget per episode")
-    s.add_argument("--retrieval", type=_name, help="knowledge-tool configuration, e.g. bm25, grep, bm25+grep, none")
+    s.add_argument(
+        "--retrieval",
+        type=_name,
+        help="knowledge-tool configuration, e.g. bm25 or alltools (see: tau-env list --retrieval ENV_ID)",
+    )
+    for seat, what in (("embedding", "OpenAI-compatible /embeddings"), ("reranker", "chat-completions (LLM reranker)")):
+        s.add_argument(f"--{seat}-model", type=_name, help=f"model of the {what} endpoint (default: the benchmark's)")
+        s.add_argument(f"--{seat}-base-url", type=_name, help=f"base URL of the {what} endpoint")
+        s.add_argument(
+            f"--{seat}-api-key-env", type=_name, help=f"environment variable holding the {seat} endpoint's key"
+        )
     s.add_argument("--out", type=_path, help="results folder (default: runs/<domain>-<agent>-<time>)")
     s.add_argument("--data-dir", **data_dir)
     s.add_argument("--quiet", action="store_true", help="no progress bar")

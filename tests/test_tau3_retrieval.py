@@ -16,6 +16,8 @@ from tau_env.domains.tau3_banking import load
 from tau_env.domains.tau3_banking.prompts import RETRIEVAL, build_prompt, format_documents, retrieval_tools
 from tau_env.domains.tau3_banking.retrieval import (
     GREP_SCHEMA,
+    KB_SEARCH_BM25_SCHEMA,
+    KB_SEARCH_DENSE_SCHEMA,
     KB_SEARCH_SCHEMA,
     BenchmarkBM25,
     grep_output,
@@ -25,6 +27,7 @@ from tau_env.domains.tau3_banking.retrieval import (
 from tau_env.error import InvalidOptionError
 from tests.conftest import TAU3_DATA as DATA
 from tests.conftest import TAU3_GOLDEN, needs_shared
+from tests.test_tau3_endpoints import fake_shell, opts, server  # noqa: F401  (fixtures)
 
 SAMPLES = TAU3_GOLDEN / "kb_search_samples.json"
 pytestmark = needs_shared(DATA, SAMPLES)
@@ -41,6 +44,51 @@ EXPECTED_TOOLS = {
     "grep_only": ["grep"],
     "dense_minilm": ["KB_search"],
     "dense_minilm_grep": ["KB_search", "grep"],
+    "terminal_use": ["shell"],
+    "terminal_use_write": ["shell"],
+    "alltools": ["KB_search_bm25", "KB_search_dense", "shell"],
+    "alltools-qwen": ["KB_search_bm25", "KB_search_dense", "shell"],
+    **{
+        f"{base}{rerank}{grep}": ["KB_search", "grep"] if grep else ["KB_search"]
+        for base in ("openai_embeddings", "qwen_embeddings", "bm25")
+        for rerank in ("", "_reranker")
+        for grep in ("", "_grep")
+        if (base, rerank) != ("bm25", "")
+    },
+}
+#: tau2-bench's ``RETRIEVAL_VARIANTS`` (commit a2c0247), in its order.
+BENCHMARK_NAMES = [
+    "no_knowledge",
+    "full_kb",
+    "golden_retrieval",
+    "qwen_embeddings_grep",
+    "openai_embeddings_grep",
+    "qwen_embeddings_reranker_grep",
+    "openai_embeddings_reranker_grep",
+    "bm25_grep",
+    "bm25_reranker_grep",
+    "qwen_embeddings",
+    "openai_embeddings",
+    "qwen_embeddings_reranker",
+    "openai_embeddings_reranker",
+    "bm25",
+    "bm25_reranker",
+    "grep_only",
+    "terminal_use",
+    "terminal_use_write",
+    "alltools",
+    "alltools-qwen",
+]
+TEMPLATES = {  # the benchmark's template per configuration
+    **{k: "classic_rag_" + ("qwen" if "qwen" in k else "openai" if "openai" in k else "bm25") for k in EXPECTED_TOOLS},
+    "no_knowledge": "no_knowledge",
+    "full_kb": "full_kb",
+    "golden_retrieval": "required_docs",
+    "grep_only": "grep_only",
+    "terminal_use": "agentic_search",
+    "terminal_use_write": "agentic_search_write",
+    "alltools": "all_tools",
+    "alltools-qwen": "all_tools",
 }
 PROMPT_PHRASE = {
     "bm25": "`KB_search` tool (uses BM25 for retrieval)",
@@ -121,12 +169,22 @@ def test_edge_queries_as_the_benchmark(domain, bm25):
 # --- every keyword through tau_env.make ---------------------------------------------------------
 def test_registry_covers_the_benchmark_names():
     assert set(EXPECTED_TOOLS) == set(RETRIEVAL)
+    assert [k for k, c in RETRIEVAL.items() if not c.ours] == BENCHMARK_NAMES
     assert [k for k, c in RETRIEVAL.items() if c.ours] == ["dense_minilm", "dense_minilm_grep"]
+    for key, config in RETRIEVAL.items():
+        if not config.ours:
+            suffix = (
+                ""
+                if (config.tools and "grep" in config.tools) or not key.startswith(("bm25", "openai", "qwen"))
+                else "_no_grep"
+            )
+            assert config.prompt == TEMPLATES[key] + suffix, key
 
 
-@pytest.mark.parametrize("key", sorted(RETRIEVAL))
-def test_every_keyword_builds_prompt_and_tools(key, domain):
-    env = tau_env.make("tau3-banking", data_dir=str(DATA), retrieval=key)
+@pytest.mark.parametrize("key", list(RETRIEVAL))
+def test_every_keyword_builds_prompt_and_tools(key, domain, server, fake_shell):  # noqa: F811
+    options = opts(server) if key not in ("dense_minilm", "dense_minilm_grep") else None
+    env = tau_env.make("tau3-banking", data_dir=str(DATA), retrieval=key, retrieval_options=options)
     env.reset(options={"task_id": domain.tasks[0].id})
     obs = env.observe("agent")
     names = [t["function"]["name"] for t in obs["tools"]]
@@ -136,7 +194,12 @@ def test_every_keyword_builds_prompt_and_tools(key, domain):
         assert schemas["KB_search"] == KB_SEARCH_SCHEMA
     if "grep" in schemas:
         assert schemas["grep"] == GREP_SCHEMA
-    prompt = obs["messages"][0]["content"]
+    if "KB_search_bm25" in schemas:
+        assert schemas["KB_search_bm25"] == KB_SEARCH_BM25_SCHEMA
+        assert schemas["KB_search_dense"] == KB_SEARCH_DENSE_SCHEMA
+    prompt = build_prompt(env.domain, key, domain.tasks[0])  # the policy text; the system message holds it
+    assert prompt in obs["messages"][0]["content"]
+    assert prompt == build_prompt(env.domain, key, domain.tasks[0])
     assert not re.search(r"\{\{[^}]*\}\}", prompt), key
     policy_header = domain.prompts["components/policy_header"]
     assert prompt.startswith(policy_header)  # the component verbatim, nothing stripped
@@ -180,14 +243,17 @@ def test_golden_retrieval_puts_exactly_the_required_documents(domain):
     for task in golden.tasks[:3]:
         env.reset(options={"task_id": task.id})
         prompt = env.observe("agent")["messages"][0]["content"]
-        assert prompt == build_prompt(golden, "golden_retrieval", task)
+        assert prompt == golden.system_prompt("golden_retrieval", task)
+        assert build_prompt(golden, "golden_retrieval", task) in prompt
 
 
 def test_golden_retrieval_through_make(domain):
     env = tau_env.make("tau3-banking", data_dir=str(DATA), retrieval="golden_retrieval")
     task = domain.tasks[0]
     env.reset(options={"task_id": task.id})
-    assert env.observe("agent")["messages"][0]["content"] == build_prompt(domain, "golden_retrieval", task)
+    prompt = env.observe("agent")["messages"][0]["content"]
+    assert prompt == domain.system_prompt("golden_retrieval", task)
+    assert build_prompt(domain, "golden_retrieval", task) in prompt
 
 
 def test_unknown_keyword_is_a_clear_error(domain):
@@ -250,3 +316,34 @@ def test_dense_minilm_with_a_fake_encoder(fake_dense):
     assert strip_timing(env.observe("agent")["messages"][-1]["content"]) == "No relevant documents found."
     names = [t["function"]["name"] for t in env.observe("agent")["tools"]]
     assert "grep" not in names and "KB_search" in names
+
+
+# --- the recorded requests' tool schemas are ground truth ----------------------------------------
+REQUESTS = TAU3_GOLDEN / "requests"
+
+
+def recorded_agent_tools(variant: str, task_id: str = "task_001") -> list:
+    for line in (REQUESTS / variant / f"{task_id}.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["seat"] == "agent":
+            return record["body"].get("tools", [])
+    raise AssertionError(f"no agent request in {variant}/{task_id}")
+
+
+@pytest.mark.parametrize("variant", ["bm25", "bm25_grep", "no_knowledge"])
+def test_tool_schemas_equal_the_recorded_requests(variant, domain):
+    env = tau_env.make("tau3-banking", data_dir=str(DATA), retrieval=variant)
+    env.reset(options={"task_id": "task_001"})
+    assert env.observe("agent")["tools"] == recorded_agent_tools(variant)
+
+
+def test_shell_tool_schemas_equal_the_recorded_request(domain):
+    """terminal_use with the real sandbox module (skipped where it cannot run here)."""
+    from tau_env.error import DependencyNotInstalled
+
+    try:
+        env = tau_env.make("tau3-banking", data_dir=str(DATA), retrieval="terminal_use")
+    except DependencyNotInstalled as e:
+        pytest.skip(f"the shell sandbox cannot run here: {e}")
+    env.reset(options={"task_id": "task_001"})
+    assert env.observe("agent")["tools"] == recorded_agent_tools("terminal_use")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,10 @@ class Tau3Domain(Domain):
     _init_plans: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _bm25: Any = field(default=None, init=False, repr=False, compare=False)
     _prompt_cache: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: Endpoint settings of the embedding and reranker configurations (see ``prompts.retrieval_options``).
+    retrieval_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Embedding indexes, built when an env of such a configuration is first made (by endpoint).
+    _retrievers: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def load_seed(self, conn: sqlite3.Connection) -> None:
         load_seed(conn, self.db_json)
@@ -148,7 +153,7 @@ class Tau3Domain(Domain):
         return Store(db.conn).dump()
 
 
-def _load(root: str, retrieval: str) -> Tau3Domain:
+def _load(root: str, retrieval: str, options: tuple[tuple[str, Any], ...] = ()) -> Tau3Domain:
     """The domain of the data folder ``root`` (a resolved path) with default ``retrieval``, built once
     per (folder, retrieval) and kept in :data:`tau_env.registry.domain_cache`. Files changed on disk
     afterwards are not read again until ``tau_env.registry.clear_cache()``.
@@ -173,13 +178,14 @@ def _load(root: str, retrieval: str) -> Tau3Domain:
             data_root=data.root,
             db_json=data.db,
             prompts=data.prompts,
+            retrieval_options=dict(options),
         )
         # Targets depend on db.json, the task files and the code (schema and tools): not on the
         # folder's place, the documents, the prompts or the retrieval configuration.
         domain.grader.store = DiskCache("tau3-targets", cache_key(code_fingerprint(), data.fingerprint))
         return domain
 
-    return domain_cache.get(("tau3-banking", root, retrieval), build)
+    return domain_cache.get(("tau3-banking", root, retrieval, options), build)
 
 
 def check_retrieval(key: object) -> None:
@@ -188,18 +194,30 @@ def check_retrieval(key: object) -> None:
     Raises:
         InvalidOptionError: ``key`` is not one of :data:`~tau_env.domains.tau3_banking.prompts.RETRIEVAL`
             (with the list and a did-you-mean, as for every domain).
-        DependencyNotInstalled: its ``KB_search`` embeds queries and the ``embed`` extra is missing.
+        DependencyNotInstalled: its ``KB_search`` embeds queries with the offline model and the
+            ``embed`` extra is missing (endpoints and the sandbox are checked when the env is made).
     """
     from tau_env.domains.tau3_banking.prompts import RETRIEVAL
 
     config = RETRIEVAL.get(key) if isinstance(key, str) else None
     if config is None:
         raise unknown_retrieval(key, RETRIEVAL)
-    if config.search == "dense":
+    if config.embedder == "minilm":
         require_embed(f"retrieval {key!r}")
 
 
-def load(data_dir: str | os.PathLike[str] | None = None, retrieval: str = "bm25") -> Tau3Domain:
-    """The tau3-banking domain from the benchmark's data folder (``data_dir`` or ``$TAU3_BANKING_DATA``)."""
+def load(
+    data_dir: str | os.PathLike[str] | None = None,
+    retrieval: str = "bm25",
+    retrieval_options: Mapping[str, Any] | None = None,
+) -> Tau3Domain:
+    """The tau3-banking domain from the benchmark's data folder (``data_dir`` or ``$TAU3_BANKING_DATA``).
+
+    ``retrieval_options``: endpoint settings of the embedding and reranker configurations; keys in
+    :func:`tau_env.domains.tau3_banking.prompts.retrieval_options`. Default: the benchmark's.
+    """
+    from tau_env.domains.tau3_banking.prompts import retrieval_options as check_options
+
     check_retrieval(retrieval)
-    return _load(str(resolve_data_dir(data_dir).resolve()), retrieval)
+    options = tuple(sorted(check_options(retrieval_options).items()))
+    return _load(str(resolve_data_dir(data_dir).resolve()), retrieval, options)
