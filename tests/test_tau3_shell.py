@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tau_env.domains.tau3_banking import shell as sh
-from tau_env.error import DependencyNotInstalled
+from tau_env.error import DependencyNotInstalled, DomainError
 from tau_env.knowledge import Document
 from tau_env.tools import Toolbox, ToolContext
 from tests.conftest import TAU3_DATA, TAU3_GOLDEN, needs_shared
@@ -378,3 +378,13 @@ def test_random_commands_never_escape(ro, canary, parts):
     out = run(ro, command)
     assert token not in out and str(folder) not in out
     assert "/work" not in out and "/root" not in out
+
+
+def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    (shared / "tau3_shell").mkdir(parents=True)
+    os.chmod(shared / "tau3_shell", 0o777)
+    monkeypatch.setenv("TAU_ENV_CACHE", str(shared))
+    monkeypatch.setattr(sh, "_sandbox_uid", lambda: None)
+    with pytest.raises(DomainError, match=r"^The shell's cache folder .* must be a folder owned by this user"):
+        sh.kb_cache([Document("a", "A", "x")])

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tau_env.error import DependencyNotInstalled
+from tau_env.error import DependencyNotInstalled, DomainError
 from tau_env.tools import Tool, raw_tool
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def _cache_root() -> Path:
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
     st = os.lstat(root)
     if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not os.path.isdir(root) or os.path.islink(root):
-        raise PermissionError(
+        raise DomainError(
             f"The shell's cache folder {root} must be a folder owned by this user and writable only by it; "
             "remove it or set TAU_ENV_CACHE."
         )
@@ -460,12 +460,13 @@ def shell_tools(domain: Any, *, write: bool) -> list[Tool]:
 
     Raises:
         DependencyNotInstalled: ``bwrap`` is not installed (no unsandboxed fallback).
+        DomainError: the cache folder is not this user's own (see :func:`kb_cache`).
     """
     sandbox_bwrap = require_bwrap("The tau3-banking shell configurations")
     documents = list(domain.documents)
     digest = kb_digest(documents)
     sandbox = Sandbox(sandbox_bwrap, f"/tmp/agentic_search_{digest[:8]}/knowledge_base")
-    kb: list[Path] = []
+    kb = kb_cache(documents)  # now, so that a cache problem fails the env's construction, not a call
     files: dict[str, bytes] = {}  # the layout in memory, for scratch copies (write mode)
     try:
         user = getpass.getuser()
@@ -473,10 +474,8 @@ def shell_tools(domain: Any, *, write: bool) -> list[Tool]:
         user = None
 
     def source(ctx: Any) -> Path:
-        if not kb:
-            kb.append(kb_cache(documents))
         if not write:
-            return kb[0]
+            return kb
         scratch = ctx.state.get("shell_scratch")
         if isinstance(scratch, ScratchImage):
             scratch = ctx.state["shell_scratch"] = Scratch(image=scratch.data)
