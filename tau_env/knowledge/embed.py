@@ -352,7 +352,7 @@ class RemoteEmbedder:
         try:
             items = sorted(reply["data"], key=lambda d: d["index"])
             vectors = [_vector(d["embedding"]) for d in items]
-        except (TypeError, KeyError, ValueError) as e:
+        except (TypeError, KeyError, ValueError, InfrastructureError) as e:
             raise InfrastructureError(f"The {self.what} returned a malformed reply ({e}): {str(reply)[:200]}") from None
         lengths = {len(v) for v in vectors}
         if len(vectors) != len(texts) or len(lengths) != 1 or 0 in lengths:
@@ -373,5 +373,5 @@ def _vector(value: Any) -> np.ndarray:
 
         return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4").astype(np.float64)
     if not isinstance(value, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
-        raise ValueError("an embedding is not a list of numbers")
+        raise InfrastructureError("an embedding is not a list of numbers")
     return np.array(value, dtype=np.float64)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from tau_env.error import ToolError
 from tau_env.knowledge import Document, check_query, grep_counts
 
 K1, B, EPSILON, TOP_K = 1.5, 0.75, 0.25, 10
@@ -260,8 +261,7 @@ class EmbeddingSearch:
 
     Document vectors come from ``embedder`` through ``cache`` (a second build makes no calls);
     a query is embedded with ``query_prefix`` in front (Qwen's instruction), cached the same way.
-    A blank query raises the benchmark's ``ValueError`` (the tool shows ``Error: Empty or missing
-    input ...``).
+    A blank query gets the benchmark's error text (``Error: Empty or missing input ...``).
     """
 
     def __init__(self, documents: Sequence[Document], embedder: Any, query_prefix: str = "", cache: Any = None):
@@ -278,7 +278,7 @@ class EmbeddingSearch:
         from tau_env.knowledge.embed import embed_cached
 
         if not query or not query.strip():  # the benchmark's test; a non-string raises as there
-            raise ValueError(BLANK_QUERY)
+            raise ToolError(BLANK_QUERY)  # the benchmark's ValueError; shown as "Error: <text>" all the same
         return embed_cached(self.embedder, [self.query_prefix + query], self.cache)[0]
 
     def search(self, vector: np.ndarray, k: int = TOP_K) -> list[tuple[Document, float]]:
