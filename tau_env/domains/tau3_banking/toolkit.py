@@ -157,6 +157,14 @@ def found_by_field(self: Tau3Context, table: str, field_name: str, value: Any) -
     return "No records found" not in query_listing(self, table, field_name, value)
 
 
+def has_rows(listing_text: str) -> bool:
+    """The benchmark's test of a listing from :func:`query_listing`: it has rows unless the text
+    contains "No records found" or "No results found" anywhere (a row's value saying so counts too,
+    and an error text counts as rows).
+    """
+    return "No records found" not in listing_text and "No results found" not in listing_text
+
+
 def money(value: Any) -> float:
     """A balance as a number: numbers as is, strings without ``$`` and ``,``, anything else (null,
     a list) 0.0, as the benchmark's balance parser.

@@ -11,6 +11,7 @@ from tau_env.domains.tau3_banking.toolkit import (
     Tau3Context,
     age_days,
     discoverable_agent_tool,
+    has_rows,
     listing,
     missing,
     money,
@@ -51,12 +52,13 @@ def balance_of(account: dict[str, Any]) -> float:
 
 
 def is_live(account: dict[str, Any]) -> bool:
-    return str(account.get("status", "")).upper() in LIVE
+    """OPEN or ACTIVE, compared as stored (the benchmark does not fold case)."""
+    return account.get("status", "") in LIVE
 
 
 def _account_type(account: dict[str, Any]) -> Any:
     # New rows carry account_type, seed rows only class.
-    return account.get("account_type") or account.get("class")
+    return account.get("account_type", account.get("class", ""))
 
 
 def _eligible(accounts: list[dict[str, Any]], account_type: str) -> bool:
@@ -69,7 +71,7 @@ def _eligible(accounts: list[dict[str, Any]], account_type: str) -> bool:
     if account_type == "savings":
         return checking_live(14)
     if account_type == "business_checking":
-        if any(str(a.get("status", "")).upper() == "CLOSED" for a in accounts):
+        if any(a.get("status") == "CLOSED" for a in accounts):
             return False
         return checking_live(0)
     if account_type == "business_savings":
@@ -159,11 +161,13 @@ def close_bank_account_7392(
 
 @discoverable_agent_tool
 def get_all_user_accounts_by_user_id_3847(self: Tau3Context, user_id: str) -> str:
+    if not user_id:
+        return "Error: Missing required parameter: user_id"
     bank = query_listing(self, "accounts", "user_id", user_id)
-    if bank.startswith("No records found"):
+    if not has_rows(bank):
         bank = "  No bank accounts found."
     cards = query_listing(self, "credit_card_accounts", "user_id", user_id)
-    if cards.startswith("No records found"):
+    if not has_rows(cards):
         cards = "  No credit card accounts found."
     return "\n".join(
         [
@@ -184,7 +188,7 @@ def get_all_user_accounts_by_user_id_3847(self: Tau3Context, user_id: str) -> st
 def transfer_funds_between_bank_accounts_7291(
     self: Tau3Context, source_account_id: str, destination_account_id: str, amount: float
 ) -> str:
-    if not source_account_id or not destination_account_id or not amount:
+    if not source_account_id or not destination_account_id or amount is None:  # 0 and [] go on
         return "Error: Missing required parameters (source_account_id, destination_account_id, amount)."
     try:
         value = float(amount)
@@ -207,7 +211,8 @@ def transfer_funds_between_bank_accounts_7291(
     source_balance = balance_of(source)
     if source_balance < value:
         return (
-            f"Error: Insufficient funds. Source account balance is ${source_balance}, but transfer amount is ${value}."
+            f"Error: Insufficient funds. Source account balance is ${source_balance:.2f}, "
+            f"but transfer amount is ${value:.2f}."
         )
     new_source = source_balance - value
     new_destination = balance_of(destination) + value
@@ -345,6 +350,8 @@ def _transaction_time(row: dict[str, Any]) -> datetime:
 
 @discoverable_agent_tool
 def get_bank_account_transactions_9173(self: Tau3Context, account_id: str) -> str:
+    if not account_id:
+        return "Error: Missing required parameter: account_id"
     if not self.store.exists("accounts", account_id):
         return f"Error: Account '{account_id}' not found."
     rows = self.store.where("bank_account_transaction_history", account_id=account_id)

@@ -9,6 +9,7 @@ from tau_env.domains.tau3_banking.toolkit import (
     discoverable_agent_tool,
     executed_block,
     found_by_field,
+    has_rows,
     missing,
     query_listing,
     seed,
@@ -41,7 +42,7 @@ def _card_not_found(credit_card_account_id: str) -> str:
 def _history(self: Tau3Context, header: str, table: str, field_name: str, value: str, none_text: str) -> str:
     """A read tool's header, then the record listing, or an empty line and ``none_text`` when nothing matches."""
     result = query_listing(self, table, field_name, value)
-    if result.startswith("No records found"):
+    if not has_rows(result):
         return f"{header}\n\n{none_text}"
     return f"{header}\n{result}"
 
@@ -197,7 +198,9 @@ def order_replacement_credit_card_7291(
         return "Error: Missing required parameters (credit_card_account_id, user_id, shipping_address, reason)."
     if reason not in REPLACEMENT_REASONS:
         return f"Error: Invalid reason. Must be one of: {REPLACEMENT_REASONS}"
-    if not self.store.exists("credit_card_accounts", credit_card_account_id):
+    # Found by the account_id field through the pasted filter, as the benchmark (an id with a quote
+    # counts as found); the old card is closed below only if its row id exists.
+    if not found_by_field(self, "credit_card_accounts", "account_id", credit_card_account_id):
         return _card_not_found(credit_card_account_id)
     rid = "ccord_" + H(f"credit_card_order:{credit_card_account_id}:{user_id}:{reason}", 12)
     row = {
@@ -226,6 +229,8 @@ def order_replacement_credit_card_7291(
 
 @discoverable_agent_tool
 def get_pending_replacement_orders_5765(self: Tau3Context, credit_card_account_id: str) -> str:
+    if not credit_card_account_id:
+        return "Error: Missing required parameter: credit_card_account_id"
     # Lists every order of the card whatever its status: the benchmark has no "pending" filter.
     header = (
         "Pending replacement orders check completed.\n\nExecuted: get_pending_replacement_orders_5765\n"
@@ -270,6 +275,8 @@ def log_credit_card_closure_reason_4521(
 
 @discoverable_agent_tool
 def get_closure_reason_history_8293(self: Tau3Context, credit_card_account_id: str) -> str:
+    if not credit_card_account_id:
+        return "Error: Missing required parameter: credit_card_account_id"
     header = (
         "Closure reason history retrieved successfully.\n\nExecuted: get_closure_reason_history_8293\n"
         f"Closure reason history for credit card account {credit_card_account_id}:"

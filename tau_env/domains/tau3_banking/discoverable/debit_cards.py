@@ -10,10 +10,10 @@ from tau_env.domains.tau3_banking.toolkit import (
     TODAY,
     H,
     Tau3Context,
-    age_days,
     discoverable_agent_tool,
-    listing,
+    has_rows,
     missing,
+    query_listing,
     title_case,
 )
 
@@ -83,9 +83,9 @@ def _cards_of(self: Tau3Context, account_id: Any) -> list[tuple[str, dict[str, A
 
 
 def _fee_parts(delivery_fee: float, design_fee: float, excess: float) -> list[tuple[str, str]]:
-    """The non-zero fees as (label, amount text): float repr for delivery and design, whole dollars for excess."""
+    """The positive fees as (label, amount text): float repr for delivery and design, whole dollars for excess."""
     parts = [("Delivery", f"${delivery_fee}"), ("Design", f"${design_fee}"), ("Excess Replacement", f"${excess:.0f}")]
-    return [part for part, fee in zip(parts, (delivery_fee, design_fee, excess)) if fee]
+    return [part for part, fee in zip(parts, (delivery_fee, design_fee, excess)) if fee > 0]
 
 
 def _new_card_issue_reason(cards: list[tuple[str, dict[str, Any]]]) -> str:
@@ -112,29 +112,33 @@ def order_debit_card_5739(
     shipping_address: str,
     excess_replacement_fee: float | None = None,
 ) -> str:
+    # null fees stay null and count as missing below; a fee that is no number is an error
     try:
-        delivery_fee = float(delivery_fee)
+        delivery_fee = None if delivery_fee is None else float(delivery_fee)
     except (TypeError, ValueError):
         return "Error: delivery_fee must be a number."
     try:
-        design_fee = float(design_fee)
+        design_fee = None if design_fee is None else float(design_fee)
     except (TypeError, ValueError):
         return "Error: design_fee must be a number."
     try:
-        excess = float(excess_replacement_fee)
+        excess: float = float(excess_replacement_fee or 0)
     except (TypeError, ValueError):
-        excess = 0.0
-    if not all([account_id, user_id, delivery_option, card_design, shipping_address]):
+        excess = 0  # the integer 0, stored as such (a benchmark quirk)
+    if not all([account_id, user_id, delivery_option, card_design, shipping_address]) or None in (
+        delivery_fee,
+        design_fee,
+    ):
         return (
             "Error: Missing required parameters. Required: account_id, user_id, delivery_option, delivery_fee, "
             "card_design, design_fee, shipping_address."
         )
     option = delivery_option.upper()
     if option not in DELIVERY_DAYS:
-        return f"Error: Invalid delivery_option '{delivery_option}'. Must be one of: STANDARD, EXPEDITED, RUSH"
+        return f"Error: Invalid delivery_option. Must be one of: {list(DELIVERY_DAYS)}"
     design = card_design.upper()
     if design not in CARD_DESIGNS:
-        return f"Error: Invalid card_design '{card_design}'. Must be one of: CLASSIC, PREMIUM, CUSTOM"
+        return f"Error: Invalid card_design. Must be one of: {list(CARD_DESIGNS)}"
     account = self.store.get("accounts", account_id)
     if account is None:
         return f"Error: Account '{account_id}' not found."
@@ -444,6 +448,8 @@ def close_debit_card_4721(self: Tau3Context, card_id: str, reason: str) -> str:
 
 @discoverable_agent_tool
 def freeze_debit_card_3892(self: Tau3Context, card_id: str) -> str:
+    if not card_id:
+        return "Error: Missing required parameter: card_id."
     card = self.store.get("debit_cards", card_id)
     if card is None:
         return f"Error: Debit card '{card_id}' not found."
@@ -469,6 +475,8 @@ def freeze_debit_card_3892(self: Tau3Context, card_id: str) -> str:
 
 @discoverable_agent_tool
 def unfreeze_debit_card_3893(self: Tau3Context, card_id: str) -> str:
+    if not card_id:
+        return "Error: Missing required parameter: card_id."
     card = self.store.get("debit_cards", card_id)
     if card is None:
         return f"Error: Debit card '{card_id}' not found."
@@ -594,10 +602,12 @@ def change_debit_card_pin_6285(self: Tau3Context, card_id: str, current_pin: str
 # --- reads ----------------------------------------------------------------------------------------
 @discoverable_agent_tool
 def get_debit_cards_by_account_id_7823(self: Tau3Context, account_id: str) -> str:
+    if not account_id:
+        return "Error: Missing required parameter 'account_id'."
     account = self.store.get("accounts", account_id)
     if account is None:
         return f"Error: Account '{account_id}' not found."
-    if str(account.get("class", "")).lower() not in ("checking", "business_checking"):
+    if account.get("class", "").lower() not in ("checking", "business_checking"):  # a non-string class raises
         return (
             f"Error: Account '{account_id}' is not a checking account. "
             "Debit cards are only available for checking accounts."
@@ -608,61 +618,153 @@ def get_debit_cards_by_account_id_7823(self: Tau3Context, account_id: str) -> st
     shown = []
     for rid, card in cards:
         entry = {"card_id": rid, **card}
-        last4 = entry.pop("last_4_digits", None)
-        date_field = "issue_date" if "issue_date" in entry else "created_date"
-        issued = entry.pop(date_field, "")
-        entry["card_number_last_4"] = last4
-        entry["date_issued"] = issued
+        # the benchmark's renames: each only when the old name is there and the new one is not
+        if "last_4_digits" in entry and "card_number_last_4" not in entry:
+            entry["card_number_last_4"] = entry.pop("last_4_digits")
+        if "date_issued" not in entry:
+            for old in ("issue_date", "created_date"):
+                if old in entry:
+                    entry["date_issued"] = entry.pop(old)
+                    break
         shown.append(entry)
-    shown.sort(key=lambda c: c["date_issued"], reverse=True)  # stable: equal dates keep table order
+    shown.sort(key=lambda c: c.get("date_issued") or "", reverse=True)  # stable: equal dates keep table order
     return json.dumps(shown, indent=2)
 
 
 @discoverable_agent_tool
 def get_debit_dispute_status_7483(self: Tau3Context, user_id: str) -> str:
+    if not user_id:
+        return "Error: Missing required parameter: user_id"
     head = (
         "Debit card dispute history retrieved successfully.\n\nExecuted: get_debit_dispute_status_7483\n"
-        f"Debit card dispute history for user {user_id}:\n"
+        f"Debit card dispute history for user {user_id}:"
     )
-    rows = self.store.where("debit_card_disputes", user_id=user_id)
-    if not rows:
-        return head + "\nNo debit card disputes found for this user."
-    return head + listing("debit_card_disputes", rows)
+    found = query_listing(self, "debit_card_disputes", "user_id", user_id)  # the pasted filter, as the benchmark
+    if not has_rows(found):
+        return head + "\n\nNo debit card disputes found for this user."
+    return head + "\n" + found
 
 
-#: The fixed scan texts for the three transactions the benchmark has images for. TOOLS.md does not give
-#: their wording, so these are stand-ins naming the transaction.
-FIXED_SCANS = {
-    tid: f"ATM DEPOSIT IMAGES RETRIEVED\nTransaction ID: {tid}\n\nEnvelope and item scans are on file for this deposit."
-    for tid in ("btxn_834027370c20", "btxn_test_deposit_001", "btxn_test_atm_dep_partial")
+def _cash_and_check_scan(envelope: str, time: str, location: str, check: str, bank: str, payee: str, date: str) -> str:
+    """The envelope scan of the two deposits of an $875.00 check and $260.00 cash the ATM recorded as $385.00."""
+    return f"""
+=== ATM DEPOSIT ENVELOPE SCAN ===
+Envelope ID: {envelope}
+Deposit Time: {time}
+ATM Location: {location}
+
+--- ENVELOPE CONTENTS ---
+Item 1: Personal Check
+  - Check Number: {check}
+  - Drawn On: {bank}
+  - Payee: {payee}
+  - Amount: $875.00
+  - Memo: "October rent refund"
+  - Signature: Present and legible
+  - Date on Check: {date}
+
+Item 2: Cash
+  - Denomination breakdown:
+    * 2 x $100 bills = $200.00
+    * 3 x $20 bills = $60.00
+  - Total Cash: $260.00
+
+--- DEPOSIT SUMMARY ---
+Check Total: $875.00
+Cash Total: $260.00
+GRAND TOTAL: $1,135.00
+
+--- MACHINE RECORD ---
+Amount Recorded by ATM: $385.00
+DISCREPANCY DETECTED: $750.00 difference
+
+--- IMAGE QUALITY ---
+Envelope scan: CLEAR
+Check front: CLEAR
+Check back (endorsement): CLEAR - endorsed "For Deposit Only - {payee}"
+Cash image: CLEAR - bills visible and countable
+"""
+
+
+_DISCREPANCY_NOTES = (
+    "Images clearly show deposit contents totaling $1,135.00. ATM machine recorded only $385.00. "
+    "Discrepancy of $750.00 confirmed via image review."
+)
+
+#: The benchmark's images for three deposits: (ATM, envelope scan, verification notes) by transaction id.
+DEPOSIT_SCANS = {
+    "btxn_834027370c20": (
+        "ATM #3921",
+        _cash_and_check_scan(
+            "ENV-2025-3921-00923",
+            "3:47 PM CST",
+            "Rho-Bank ATM #3921, Cedar Lane Branch, Austin, TX",
+            "7284",
+            "First Texas Bank",
+            "Derek Yamamoto",
+            "11/03/2025",
+        ),
+        _DISCREPANCY_NOTES,
+    ),
+    "btxn_test_deposit_001": (
+        "ATM #3921",
+        _cash_and_check_scan(
+            "ENV-2025-3921-00847",
+            "2:34 PM EST",
+            "Rho-Bank ATM #3921, 742 Oak Avenue, Portland, OR",
+            "4821",
+            "First National Bank",
+            "Linda Patterson",
+            "11/05/2025",
+        ),
+        _DISCREPANCY_NOTES,
+    ),
+    "btxn_test_atm_dep_partial": (
+        "ATM #5847",
+        "\n=== ATM DEPOSIT ENVELOPE SCAN ===\nEnvelope ID: ENV-2025-5847-00293\nDeposit Time: 10:15 AM EST\n\n"
+        "--- ENVELOPE CONTENTS ---\nItem 1: Personal Check\n  - Check Number: 7392\n  - Amount: $500.00\n\n"
+        "--- DEPOSIT SUMMARY ---\nCheck Total: $500.00\nCash Total: $0.00\nGRAND TOTAL: $500.00\n\n"
+        "--- MACHINE RECORD ---\nAmount Recorded by ATM: $500.00\nNo discrepancy detected.\n",
+        "Images confirm deposit matches recorded amount. No discrepancy found.",
+    ),
 }
 
 
 @discoverable_agent_tool
 def get_atm_deposit_images_8473(self: Tau3Context, transaction_id: str) -> str:
+    if not transaction_id:
+        return "Error: Missing required parameter: transaction_id"
     txn = self.store.get("bank_account_transaction_history", transaction_id)
     if txn is None:
         return f"Error: Transaction '{transaction_id}' not found."
     if txn.get("type") != "atm_deposit":
         return (
-            f"Error: Transaction '{transaction_id}' is not an ATM deposit (type: {txn.get('type')}). "
-            "Deposit images are only available for ATM deposits."
+            f"Error: Transaction '{transaction_id}' is not an ATM deposit. "
+            "This tool only works for ATM deposit transactions."
         )
-    description = str(txn.get("description", ""))
+    description = txn.get("description", "")  # a non-string raises, as in the benchmark
     if "RHO-BANK" not in description.upper() and "RHOBANK" not in description.upper():
         return (
-            f"Error: Transaction '{transaction_id}' was made at a third-party ATM. Deposit images are only "
-            "available for deposits made at Rho-Bank ATMs; the customer must contact the ATM operator."
+            f"Error: Transaction '{transaction_id}' is from a third-party ATM. Deposit images are only available "
+            "for Rho-Bank ATM deposits. For third-party ATM disputes, a chargeback request must be submitted to "
+            "the ATM network."
         )
-    scan = FIXED_SCANS.get(transaction_id)
-    if scan is not None:
-        return scan
-    amount = abs(float(txn.get("amount", 0)))
+    head = "ATM Deposit Image Retrieval Results\n=====================================\n"
+    date = txn.get("date", "Unknown")
+    if transaction_id in DEPOSIT_SCANS:
+        atm, scan, notes = DEPOSIT_SCANS[transaction_id]
+        return (
+            f"{head}Transaction ID: {transaction_id}\nATM: {atm}\nDeposit Date: {date}\n\n{scan}\n\n"
+            f"--- VERIFICATION NOTES ---\n{notes}\n"
+        )
     return (
-        f"ATM DEPOSIT IMAGES NOT AVAILABLE\nTransaction ID: {transaction_id}\nDescription: {description}\n"
-        f"Date: {txn.get('date')}\nAmount: ${amount:.2f}\n\n"
-        "No envelope or check images were captured for this deposit. If the customer disputes the deposited "
-        "amount, file an atm_deposit_not_credited dispute for review."
+        f"{head}Transaction ID: {transaction_id}\nATM: {description}\nDeposit Date: {date}\n"
+        f"Amount Recorded: ${abs(txn.get('amount', 0)):.2f}\n\n"
+        "--- IMAGE STATUS ---\nStatus: IMAGES NOT AVAILABLE\n"
+        "Reason: Deposit images for this transaction have either expired (older than 90 days) or were not "
+        "captured by the ATM system.\n\n"
+        "For deposits without available images, the dispute will proceed based on customer statement and ATM "
+        "journal records only. Investigation timeline may be extended.\n"
     )
 
 
@@ -671,17 +773,21 @@ def get_atm_deposit_images_8473(self: Tau3Context, transaction_id: str) -> str:
 def request_temporary_debit_card_limit_increase_8374(
     self: Tau3Context, card_id: str, limit_type: str, new_limit: int
 ) -> str:
-    for name, value in (("card_id", card_id), ("limit_type", limit_type), ("new_limit", new_limit)):
-        if not value:
-            return f"Error: Missing required parameter: {name}."
+    if not card_id:
+        return "Error: Missing required parameter: card_id."
+    if not limit_type:
+        return "Error: Missing required parameter: limit_type."
     if limit_type not in ("atm", "purchase"):
         return f"Error: Invalid limit_type '{limit_type}'. Must be 'atm' or 'purchase'."
-    if isinstance(new_limit, float) and not new_limit.is_integer():
-        return f"Error: new_limit must be an integer, got '{new_limit}'."
+    if new_limit is None:  # 0 and False go on, to the positive-amount check
+        return "Error: Missing required parameter: new_limit."
     try:
-        requested = int(new_limit)  # integers arrive as floats through call_discoverable_agent_tool
+        as_float = float(new_limit)
     except (TypeError, ValueError):
         return f"Error: new_limit must be an integer, got '{new_limit}'."
+    if not as_float.is_integer():  # the text shows the float (inf and nan fail here too)
+        return f"Error: new_limit must be an integer, got '{as_float}'."
+    requested = int(as_float)
     if requested <= 0:
         return "Error: new_limit must be a positive amount."
     card = self.store.get("debit_cards", card_id)
@@ -693,7 +799,7 @@ def request_temporary_debit_card_limit_increase_8374(
             "Only ACTIVE cards can have limit increases."
         )
     account_id = card.get("account_id")
-    account = self.store.get("accounts", account_id)
+    account = self.store.get("accounts", account_id) if account_id else None
     if account is None:
         return f"Error: Could not find linked account for debit card '{card_id}'."
     if account.get("status") != "OPEN":
@@ -701,34 +807,43 @@ def request_temporary_debit_card_limit_increase_8374(
             f"Error: The linked account '{account_id}' is not in good standing. "
             f"Account status: {account.get('status')}."
         )
-    # Age against today at midnight; an unparseable date_opened skips the check.
-    age = age_days(account.get("date_opened"), datetime.strptime(TODAY, "%m/%d/%Y"))
-    if age is not None and age < 60:
-        return f"Error: Account must be at least 60 days old for a temporary limit increase. Account age: {age} days."
+    # Age against today at midnight; an empty or unparseable date_opened skips the check (a
+    # non-string one raises, as in the benchmark).
+    opened = account.get("date_opened")
+    if opened:
+        try:
+            age = (datetime.strptime(TODAY, "%m/%d/%Y") - datetime.strptime(opened, "%m/%d/%Y")).days
+        except ValueError:
+            age = None
+        if age is not None and age < 60:
+            return (
+                f"Error: Account must be at least 60 days old for a temporary limit increase. Account age: {age} days."
+            )
     if limit_type == "atm":
         current = card.get("daily_atm_limit")
+        label = "Daily ATM Withdrawal Limit"
         if current is None:
-            level = str(account.get("level", "")).lower().removesuffix(" account").strip()
+            level = account.get("level", "").lower()  # a non-string level raises, as in the benchmark
             if "light green" in level:
                 return (
-                    "Error: Light Green (teen) accounts are not eligible for temporary ATM limit increases. "
-                    "The daily ATM limit for teen accounts cannot be raised."
+                    "Error: Light Green Account (teen checking) cards have policy-based limits that cannot be "
+                    "modified. The daily ATM withdrawal limit of $150 is fixed by account policy for safety reasons. "
+                    "The customer may request the parent/guardian to withdraw cash from their own account if needed."
                 )
-            current = DEFAULT_ATM_LIMITS.get(level)
+            current = DEFAULT_ATM_LIMITS.get(level.removesuffix(" account")) if level.endswith(" account") else None
             if current is None:
                 return (
-                    f"Error: Could not determine the default ATM limit for account level "
-                    f"'{account.get('level')}'. Please transfer the customer to a human agent."
+                    f"Error: Could not determine the default ATM limit for account type '{account.get('level')}'. "
+                    "Please verify the account type."
                 )
-        label = "Daily ATM Withdrawal Limit"
     else:
         current = card.get("daily_purchase_limit")
-        if current is None:
-            return (
-                "Error: The card does not have a daily purchase limit configured. "
-                "A temporary purchase limit increase cannot be processed."
-            )
         label = "Daily Purchase Limit"
+    if current is None:
+        return (
+            f"Error: The card does not have a {label.lower()} configured. This may be a restricted account type "
+            "where limits are set by account policy and cannot be modified."
+        )
     maximum = int(current * 1.5)
     if requested > maximum:
         return (
@@ -758,38 +873,36 @@ def request_temporary_debit_card_limit_increase_8374(
         "- This temporary increase expires in 24 hours",
         f"- After expiration, the limit will revert to ${current}",
         "- Only one temporary increase is allowed per 24-hour period",
+        "",  # the benchmark adds the ATM note for purchase limits too
+        "Note: If the customer is at a third-party (non-Rho-Bank) ATM, that ATM may have its own",
+        "per-transaction or daily limits that Rho-Bank cannot override. The customer may need to",
+        "use a Rho-Bank ATM or make multiple smaller withdrawals at third-party ATMs.",
     ]
-    if limit_type == "atm":
-        lines += [
-            "",
-            "Note: If the customer is at a third-party (non-Rho-Bank) ATM, that ATM may have its own",
-            "per-transaction or daily limits that Rho-Bank cannot override. The customer may need to",
-            "use a Rho-Bank ATM or make multiple smaller withdrawals at third-party ATMs.",
-        ]
     return "\n".join(lines)
 
 
 @discoverable_agent_tool
 def set_debit_card_recurring_block_7382(self: Tau3Context, card_id: str, block_recurring: bool) -> str:
+    if not card_id:
+        return "Error: Missing required parameter: card_id"
     card = self.store.get("debit_cards", card_id)
-    if card is None:
+    if not card:  # an empty row counts as absent, as the benchmark's truthiness test
         return f"Error: Debit card '{card_id}' not found."
-    status = str(card.get("status", "")).upper()
+    status = card.get("status", "").upper()  # a non-string status raises, as in the benchmark
     if status != "ACTIVE":
-        return (
-            f"Error: Debit card '{card_id}' is not active. Current status: {card.get('status')}. "
-            "Recurring payment settings can only be changed on ACTIVE cards."
-        )
+        return f"Error: Cannot update recurring block settings for a card with status '{status}'. Card must be ACTIVE."
     self.store.update("debit_cards", card_id, {"recurring_blocked": block_recurring})
     if block_recurring:
         return (
-            f"Recurring Payments BLOCKED\nCard ID: {card_id}\nUpdated: {TODAY}\n\n"
-            "All recurring and subscription charges on this card will be declined.\n"
-            "One-time purchases are not affected."
+            f"Recurring payments BLOCKED for debit card {card_id}.\n"
+            "All recurring/subscription charges will be declined.\n"
+            "One-time purchases are not affected.\n"
+            "This change takes effect within 24 hours."
         )
     return (
-        f"Recurring Payments UNBLOCKED\nCard ID: {card_id}\nUpdated: {TODAY}\n\n"
-        "Recurring and subscription charges on this card will be processed normally."
+        f"Recurring payments UNBLOCKED for debit card {card_id}.\n"
+        "Recurring/subscription charges will now be allowed.\n"
+        "This change takes effect within 24 hours."
     )
 
 
@@ -821,26 +934,23 @@ def file_debit_card_transaction_dispute_6281(
     if not all(required):
         return "Error: Missing required parameters."
     if customer_max_liability_amount is None:
-        return "Error: Missing required parameter: customer_max_liability_amount."
-    flags = {
-        "card_in_possession": card_in_possession,
-        "contacted_merchant": contacted_merchant,
-        "police_report_filed": police_report_filed,
-        "written_statement_provided": written_statement_provided,
-    }
-    for name, value in flags.items():
-        if value is None:
-            return f"Error: Missing required parameter: {name}."
+        return "Error: customer_max_liability_amount is required."
+    if None in (card_in_possession, contacted_merchant, police_report_filed, written_statement_provided):
+        return (
+            "Error: card_in_possession, contacted_merchant, police_report_filed, and written_statement_provided "
+            "are required boolean fields."
+        )
+    # each list shown as a Python list; an unhashable value is compared, never hashed
     if dispute_category not in DISPUTE_CATEGORIES:
-        return f"Error: Invalid dispute_category '{dispute_category}'. Must be one of: {', '.join(DISPUTE_CATEGORIES)}"
+        return f"Error: Invalid dispute_category. Must be one of: {list(DISPUTE_CATEGORIES)}"
     if transaction_type not in TRANSACTION_TYPES:
-        return f"Error: Invalid transaction_type '{transaction_type}'. Must be one of: {', '.join(TRANSACTION_TYPES)}"
+        return f"Error: Invalid transaction_type. Must be one of: {list(TRANSACTION_TYPES)}"
     if pin_compromised not in PIN_COMPROMISED:
-        return f"Error: Invalid pin_compromised '{pin_compromised}'. Must be one of: {', '.join(PIN_COMPROMISED)}"
+        return f"Error: Invalid pin_compromised. Must be one of: {list(PIN_COMPROMISED)}"
     if card_action not in CARD_ACTIONS:
-        return f"Error: Invalid card_action '{card_action}'. Must be one of: {', '.join(CARD_ACTIONS)}"
-    if disputed_amount <= 0:
-        return "Error: Disputed amount must be greater than 0."
+        return f"Error: Invalid card_action. Must be one of: {list(CARD_ACTIONS)}"
+    if disputed_amount <= 0:  # a string amount raises TypeError, as in the benchmark
+        return "Error: disputed_amount must be a positive number."
 
     dispute_id = "dsp_" + H(f"dispute:{user_id}:{transaction_id}", 12)
     is_fraud = dispute_category in FRAUD_CATEGORIES

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tau_env.domains.tau3_banking.toolkit import (
     TODAY,
     H,
     Tau3Context,
     discoverable_agent_tool,
+    has_rows,
     missing,
     money,
     query_listing,
@@ -37,7 +40,7 @@ def _not_owned(cc_id: str, user_id: str) -> str:
 def pay_credit_card_from_checking_9182(
     self: Tau3Context, user_id: str, checking_account_id: str, credit_card_account_id: str, amount: float
 ) -> str:
-    if not user_id or not checking_account_id or not credit_card_account_id or not amount:
+    if not user_id or not checking_account_id or not credit_card_account_id or amount is None:  # 0 goes on
         return "Error: Missing required parameters (user_id, checking_account_id, credit_card_account_id, amount)."
     try:
         amount = float(amount)
@@ -63,10 +66,10 @@ def pay_credit_card_from_checking_9182(
         return f"Error: Credit card account '{credit_card_account_id}' not found."
     if card.get("user_id") != user_id:
         return _not_owned(credit_card_account_id, user_id)
-    card_balance = money(card.get("current_balance", 0))
+    card_balance = _limit(card.get("current_balance", "$0.00"))
     if amount > card_balance:
         return (
-            f"Error: Payment amount (${amount}) exceeds credit card balance (${card_balance}). "
+            f"Error: Payment amount (${amount:.2f}) exceeds credit card balance (${card_balance:.2f}). "
             "Please specify an amount up to the outstanding balance."
         )
     new_balance = balance - amount
@@ -123,8 +126,10 @@ def submit_credit_limit_increase_request_7392(
 
 @discoverable_agent_tool
 def get_credit_limit_increase_history_4829(self: Tau3Context, credit_card_account_id: str) -> str:
+    if not credit_card_account_id:
+        return "Error: Missing required parameter: credit_card_account_id"
     found = query_listing(self, "credit_limit_increase_requests", "credit_card_account_id", credit_card_account_id)
-    if found.startswith("No records found"):
+    if not has_rows(found):
         found = "\nNo credit limit increase requests found for this account."
     return (
         "Credit limit increase history retrieved.\n\nExecuted: get_credit_limit_increase_history_4829\n"
@@ -171,14 +176,22 @@ def _blocks_increase(self: Tau3Context, credit_card_account_id: str, user_id: st
     orders = self.store.where("credit_card_orders", credit_card_account_id=credit_card_account_id)
     if any(row.get("status") in BLOCKING_ORDER_STATUSES for _, row in orders):
         return True
-    return str(card.get("account_status", "")).upper() in BLOCKING_ACCOUNT_STATUSES
+    return card.get("account_status", "").upper() in BLOCKING_ACCOUNT_STATUSES  # a non-string raises
+
+
+def _limit(value: Any) -> float:
+    """A stored credit limit as a number: its text without ``$`` and ``,``; 0.0 if that is no number."""
+    try:
+        return float(str(value).replace("$", "").replace(",", ""))
+    except ValueError:
+        return 0.0
 
 
 @discoverable_agent_tool
 def approve_credit_limit_increase_5847(
     self: Tau3Context, credit_card_account_id: str, user_id: str, new_credit_limit: int
 ) -> str:
-    if not credit_card_account_id or not user_id or not new_credit_limit:
+    if not credit_card_account_id or not user_id or new_credit_limit is None:  # 0 and [] go on
         return "Error: Missing required parameters."
     card = self.store.get("credit_card_accounts", credit_card_account_id)
     if card is None:
@@ -187,8 +200,8 @@ def approve_credit_limit_increase_5847(
         return _not_owned(credit_card_account_id, user_id)
     if _blocks_increase(self, credit_card_account_id, user_id, card):
         return "Error: Credit limit increase request cannot be approved at this time."
-    new = int(new_credit_limit)
-    previous = money(card.get("credit_limit", 0))
+    previous = _limit(card.get("credit_limit", "$0.00"))
+    new = float(new_credit_limit)  # a non-number raises: "Error: Invalid arguments: ..."
     increase = new - previous
     self.store.update("credit_card_accounts", credit_card_account_id, {"credit_limit": f"${new:.2f}"})
     rid = cli_id(credit_card_account_id, user_id, increase)
