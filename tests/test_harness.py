@@ -3,10 +3,10 @@ import json
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tau_env import NoopAgent, OracleAgent, ScriptedUser, TauEnv, aevaluate, evaluate, pass_hat_k
+from tau_env import NoopAgent, OracleAgent, ScriptedUser, TauEnv, aevaluate, evaluate, pass_hat_k, say
 from tau_env.error import ResultsFolderError
 from tau_env.harness import compute_metrics, episode_seed, format_metrics
 
@@ -123,3 +123,83 @@ def test_ray_backend_gives_the_same_metrics_as_the_local_one(tmp_path):
         tmp_path / "ray" / f
         for f in ("config.json", "metrics.json", "report.html", "summary.txt", "trajectories.jsonl")
     ]
+
+
+# ---------------------------------------------------------------- the loop rule never crashes
+
+
+def _cycle():
+    d = {}
+    d["self"] = d
+    return d
+
+
+def _deep(n):
+    x = []
+    for _ in range(n):
+        x = [x]
+    return x
+
+
+_odd_values = st.one_of(
+    st.none(),
+    st.integers(),
+    st.just(10**5000),
+    st.floats(),
+    st.text(),
+    st.binary(max_size=5),
+    st.builds(_cycle),
+    st.builds(_deep, st.just(100_000)),
+    st.tuples(st.integers()),
+    st.dictionaries(st.tuples(st.integers()), st.integers(), min_size=1, max_size=2),
+)
+_odd_functions = st.one_of(
+    _odd_values,
+    st.fixed_dictionaries({"name": _odd_values, "arguments": _odd_values}),
+    st.fixed_dictionaries({"name": st.sampled_from(["get_item", "add_stock"]), "arguments": _odd_values}),
+)
+
+
+class _Repeats:
+    """An agent that sends ``action`` ``times`` times, then says goodbye."""
+
+    def __init__(self, action, times):
+        self.action, self.times, self.n = action, times, 0
+
+    def __call__(self, obs):
+        self.n += 1
+        return self.action if self.n <= self.times else say("bye")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_odd_functions, st.integers(1, 3))
+def test_malformed_tool_calls_never_stop_the_run(domain, function, times):
+    # env.step turns these into tool errors; the loop rule (which compares actions) must not raise on them
+    action = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "x", "type": "function", "function": function}],
+    }
+    run = evaluate(
+        lambda: TauEnv(domain, max_steps=8), lambda: _Repeats(action, times), ScriptedUser, task_ids=["nothing"]
+    )
+    [r] = run.results
+    assert r.tool_calls >= 1 and r.tool_errors >= 1
+
+
+@pytest.mark.parametrize("function", [None, "get_item", {"name": "get_item", "arguments": {(1, 2): 3}}, _cycle()])
+def test_repeated_malformed_calls_count_as_a_loop(domain, function):
+    action = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "x", "type": "function", "function": function}],
+    }
+    run = evaluate(
+        lambda: TauEnv(domain, max_steps=30),
+        lambda: _Repeats(action, 10),
+        ScriptedUser,
+        task_ids=["nothing"],
+        loop_limit=3,
+    )
+    [r] = run.results
+    assert r.termination_reason == "loop" and r.tool_calls == 3

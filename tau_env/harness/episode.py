@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -67,16 +68,22 @@ def episode_seed(base_seed: int, task_id: str, trial: int) -> int:
     return int(digest[:8], 16)
 
 
-def _fingerprint(action: Any) -> str:
-    """What makes two agent actions "the same" for the loop rule: text and calls, not call ids."""
-    if not isinstance(action, dict):
-        return repr(action)
-    calls = [
-        (tc.get("function", {}).get("name"), tc.get("function", {}).get("arguments"))
-        for tc in action.get("tool_calls") or []
-        if isinstance(tc, dict)
-    ]
-    return json.dumps([action.get("content"), calls], sort_keys=True, default=str)
+def _fingerprint(message: Any) -> str:
+    """What makes two agent messages "the same" for the loop rule: text and calls, not call ids.
+
+    ``message`` is the env's canonical record of the action (``env.trajectory[-1]["message"]``:
+    ``env.step`` has already given each tool call a name and an arguments string), not the raw
+    action, which may be anything a policy returned. This never raises: a message that still
+    cannot be encoded gets a fingerprint of its own (it counts as no repeat).
+    """
+    try:
+        calls = [(tc["function"]["name"], tc["function"]["arguments"]) for tc in message.get("tool_calls") or ()]
+        return json.dumps([message.get("content"), calls], sort_keys=True, default=str)
+    except Exception:  # the loop rule must never stop an episode
+        return f"<unencodable message {next(_UNIQUE)}>"
+
+
+_UNIQUE = itertools.count()
 
 
 class _Driver:
@@ -115,7 +122,7 @@ class _Driver:
     def apply(self, seat: str, action: Any) -> None:
         self.env.step(action)
         if seat == "agent" and self.loop_limit:
-            fp = _fingerprint(action)
+            fp = _fingerprint(self.env.trajectory[-1]["message"])  # as the env recorded it: JSON-safe
             self._repeats = self._repeats + 1 if fp == self._last else 1
             self._last = fp
             if self._repeats >= self.loop_limit:
