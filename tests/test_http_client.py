@@ -9,6 +9,7 @@ import json
 import pickle
 import socket
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -213,6 +214,102 @@ def test_a_reply_that_is_not_a_completion_fails_at_once(backend, body, delays):
         with pytest.raises(InfrastructureError, match=r"^m at .* returned (no message|a reply that is not JSON)"):
             complete(client)
     assert len(server.heads) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 200_000 + b"]" * 200_000,
+        b'{"choices":[{"message":{"content":' + b"[" * 200_000 + b"]" * 200_000 + b"}}]}",
+    ],
+)
+def test_a_reply_nested_too_deeply_is_not_json(backend, body, delays):
+    with RawServer(fixed(response(body))) as server:
+        client = ChatClient("m", server.url, retries=3, backend=backend)
+        with pytest.raises(InfrastructureError, match=r"^m at .* returned a reply that is not JSON"):
+            complete(client)
+    assert len(server.heads) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        ('{"content": 5}', r"'content' is int 5, expected a string, null or a list of text parts"),
+        ('{"content": NaN}', r"'content' is float nan"),
+        ('{"content": {"a": 1}}', r"'content' is dict"),
+        ('{"content": [{"type": "text", "text": 5}]}', r"a content part is dict .*, expected an object with a string"),
+        ('{"content": ["x"]}', r"a content part is str 'x'"),
+        ('{"content": "x", "reasoning_content": 1}', r"'reasoning_content' is int 1"),
+        ('{"tool_calls": 5}', r"'tool_calls' is int 5, expected a list or null"),
+        ('{"tool_calls": [5]}', r"a tool call is int 5"),
+        ('{"tool_calls": [{"function": null}]}', r"a tool call is dict .*'function': None"),
+        ('{"tool_calls": [{"function": {"name": 5, "arguments": "{}"}}]}', r"a tool call is dict"),
+    ],
+)
+def test_a_message_without_the_shape_of_a_chat_message_is_a_server_fault(backend, message, problem, delays):
+    body = b'{"choices": [{"message": ' + message.encode() + b"}]}"
+    with RawServer(fixed(response(body))) as server:
+        client = ChatClient("m", server.url, retries=3, backend=backend)
+        with pytest.raises(
+            InfrastructureError, match=rf"^m at .* returned a message that is not a chat completion message: {problem}"
+        ):
+            complete(client)
+    assert len(server.heads) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_malformed_arguments_and_odd_ids_are_the_models_and_pass(backend):
+    calls = [
+        {"id": 5, "function": {"name": "f", "arguments": 5}},
+        {"function": {"name": "", "arguments": "not json"}},
+        {"type": "x", "function": {"name": "g"}},
+    ]
+    body = json.dumps({"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "image"}], "tool_calls": calls}}]})
+    with RawServer(fixed(response(body.encode()))) as server:
+        reply = complete(ChatClient("m", server.url, backend=backend))
+    assert reply["tool_calls"] == calls
+
+
+def test_a_malformed_cached_reply_is_asked_for_again(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    with RawServer(fixed(response(OK_BODY))) as server:
+        client = ChatClient("m", server.url, cache=cache)
+        cache.put(client.request(MESSAGES, None, None), {"content": 5})
+        assert complete(client) == {"role": "assistant", "content": "ok"}
+        assert complete(client) == {"role": "assistant", "content": "ok"}
+    assert len(server.heads) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_completion_without_a_json_content_type_is_accepted(backend):
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(OK_BODY)}\r\n\r\n"
+    with RawServer(fixed(head.encode() + OK_BODY)) as server:
+        assert complete(ChatClient("m", server.url, backend=backend))["content"] == "ok"
+
+
+def _trickle(conn, body, n):
+    """Answer so slowly that only a deadline on the whole attempt ends it: a byte a tenth of a second."""
+    for byte in response(OK_BODY):
+        time.sleep(0.1)
+        conn.sendall(bytes([byte]))
+
+
+def _endless_continue(conn, body, n):
+    while True:
+        time.sleep(0.02)
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("handler", [_trickle, _endless_continue])
+def test_the_timeout_bounds_each_whole_attempt(backend, handler):
+    with RawServer(handler) as server:
+        client = ChatClient("m", server.url, retries=1, backoff=0.01, timeout=0.5, backend=backend)
+        with pytest.raises(InfrastructureError, match=r"^m at .* failed after 2 attempts: ServerTimeout: no reply within 0.5 s"):
+            complete(client)
+    assert len(server.heads) == 2
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -423,8 +520,27 @@ def test_bad_settings_are_refused():
         ChatClient("m", "http://127.0.0.1:1/v1", backend="grpc")
     with pytest.raises(InvalidOptionError, match=r"^max_connections must be a positive integer, got 0\.$"):
         ChatClient("m", "http://127.0.0.1:1/v1", max_connections=0)
-    with pytest.raises(ValueError, match=r"^Expected an http:// or https:// base URL, got 'ftp://x'\.$"):
+    with pytest.raises(InvalidOptionError, match=r"^Expected an http:// or https:// base URL .*, got 'ftp://x': "):
         http.ConnectionPool("ftp://x")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("notaurl", "it has no scheme"),
+        ("ftp://x/v1", "the scheme is 'ftp'"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
+        ("http://127.0.0.1:x/v1", "Port could not be cast to integer value as 'x'"),
+        ("http://127.0.0.1:0/v1", "port 0 is not a port to connect to"),
+        ("http:///v1", "it has no host"),
+        ("http://a b/v1", "it holds whitespace or control characters"),
+    ],
+)
+def test_a_bad_base_url_is_refused_when_the_client_is_made(backend, url, problem):
+    with pytest.raises(InvalidOptionError, match=rf"^Expected an http:// or https:// base URL .*, got '.*': {problem}\.$"):
+        ChatClient("m", url, backend=backend)
 
 
 # -- whatever bytes come back, only InfrastructureError ----------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 from tau_env.error import DependencyNotInstalled, InfrastructureError, InvalidOptionError
 from tau_env.llm import http
 from tau_env.llm.cache import ResponseCache
+from tau_env.llm.parsing import message_problem
 
 __all__ = ["ChatClient", "InfrastructureError", "Sampling", "Usage"]
 
@@ -74,7 +75,8 @@ class ChatClient:
       :class:`InfrastructureError`;
     * any other non-2xx status (400, 401, 404, ...) raises :class:`InfrastructureError` at once:
       retrying a bad request will not help;
-    * a 2xx reply that is not JSON, or holds no ``choices[0].message`` object, raises
+    * a 2xx reply that is not JSON, holds no ``choices[0].message`` object, or one without the
+      shape of a chat completion message (:func:`~tau_env.llm.parsing.message_problem`), raises
       :class:`InfrastructureError` at once.
 
     Args:
@@ -113,6 +115,8 @@ class ChatClient:
             raise InvalidOptionError(f"backend must be 'http' or 'openai', got {backend!r}.")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
             raise InvalidOptionError(f"max_connections must be a positive integer, got {max_connections!r}.")
+        if base_url is not None:
+            http.check_url(base_url)
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
@@ -185,7 +189,7 @@ class ChatClient:
         if self.cache is not None:
             key = self.cache.key(req)
             hit = self.cache.lookup(key)
-            if hit is not None:
+            if hit is not None and message_problem(hit) is None:  # a malformed entry: ask the server again
                 if usage is not None:
                     usage.cached += 1
                 return hit
@@ -193,7 +197,8 @@ class ChatClient:
         send, retryable = self._post_http, _HTTP_RETRYABLE
         if self.backend == "openai":
             o = self._openai
-            send, retryable = self._post_openai, (o.APIConnectionError, o.InternalServerError, o.RateLimitError)
+            send = self._post_openai
+            retryable = (o.APIConnectionError, o.InternalServerError, o.RateLimitError, http.ServerTimeout)
         data = self._encode(body) if self.backend == "http" else body
         delay = self.backoff
         last: Exception | None = None
@@ -216,6 +221,12 @@ class ChatClient:
         if not isinstance(first, dict) or not isinstance(first.get("message"), dict):
             raise InfrastructureError(f"{self.model} at {self.base_url} returned no message: {raw()[:200]}")
         message = {k: v for k, v in first["message"].items() if v is not None}
+        problem = message_problem(message)
+        if problem is not None:
+            raise InfrastructureError(
+                f"{self.model} at {self.base_url} returned a message that is not a chat completion message: "
+                f"{problem}. Reply: {raw()[:200]}"
+            )
         if usage is not None:
             usage.requests += 1
             usage.add(resp.get("usage"))
@@ -261,7 +272,7 @@ class ChatClient:
             raise InfrastructureError(f"{self.model} at {self.base_url}: HTTP {reply.status}: {_detail(reply.body)}")
         try:
             resp = json.loads(reply.body)
-        except ValueError as e:  # not JSON, or not UTF-8
+        except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested too deeply to decode
             raise InfrastructureError(
                 f"{self.model} at {self.base_url} returned a reply that is not JSON ({e}): {reply.body[:200]!r}"
             ) from None
@@ -279,13 +290,22 @@ class ChatClient:
         try:
             # The SDK's generic ``post`` sends our body as is: ``chat.completions.create`` would first
             # walk every message and tool schema through its type transforms.
-            resp = await self._client.post("/chat/completions", body=body, cast_to=dict)
+            # The SDK's own timeout restarts with each byte that arrives (and with each interim reply),
+            # so the deadline of the attempt as a whole is ours, as with the lean client.
+            async with asyncio.timeout(self.timeout):
+                resp = await self._client.post("/chat/completions", body=body, cast_to=dict)
+            if isinstance(resp, str):  # the SDK decodes only replies labelled application/json
+                resp = json.loads(resp)
+        except TimeoutError:
+            raise http.ServerTimeout(f"no reply within {self.timeout:g} s") from None
         except (o.InternalServerError, o.RateLimitError, o.APIConnectionError):
             raise
         except o.APIStatusError as e:  # other 4xx: a bad request; retrying will not help
             raise InfrastructureError(f"{self.model} at {self.base_url}: HTTP {e.status_code}: {e}") from e
-        except ValueError as e:  # a 2xx reply that is not JSON
-            raise InfrastructureError(f"{self.model} at {self.base_url} returned a reply that is not JSON: {e}") from e
+        except (ValueError, RecursionError) as e:  # a 2xx reply that is not JSON, or nested too deeply
+            raise InfrastructureError(
+                f"{self.model} at {self.base_url} returned a reply that is not JSON: {type(e).__name__}: {e}"
+            ) from None
         return resp, lambda: str(resp)
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from tau_env.error import InvalidOptionError
 
@@ -47,6 +47,38 @@ class Reply:
     body: bytes
 
 
+def check_url(url: str) -> SplitResult:
+    """``url``'s parts, if it is an ``http://`` or ``https://`` URL with a host and a valid port.
+
+    Raises:
+        InvalidOptionError: It is not (or holds whitespace or control characters).
+    """
+    problem = None
+    if not isinstance(url, str):
+        problem = f"got a {type(url).__name__}"
+    elif any(c.isspace() or not c.isprintable() for c in url):
+        problem = "it holds whitespace or control characters"
+    else:
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in 0-65535
+        except ValueError as e:
+            problem = str(e)
+        else:
+            if parts.scheme not in ("http", "https"):
+                problem = f"the scheme is {parts.scheme!r}" if parts.scheme else "it has no scheme"
+            elif not parts.hostname:
+                problem = "it has no host"
+            elif parts.port == 0:
+                problem = "port 0 is not a port to connect to"
+    if problem is not None:
+        raise InvalidOptionError(
+            f"Expected an http:// or https:// base URL with a host (e.g. http://127.0.0.1:8000/v1), "
+            f"got {url!r}: {problem}."
+        )
+    return parts
+
+
 class _Connection:
     __slots__ = ("reader", "writer", "used")
 
@@ -68,9 +100,7 @@ class ConnectionPool:
     """
 
     def __init__(self, url: str, size: int = 1024):
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidOptionError(f"Expected an http:// or https:// base URL, got {url!r}.")
+        parts = check_url(url)
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/")
