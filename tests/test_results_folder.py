@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tau_env import NoopAgent, OracleAgent, ScriptedUser, aevaluate, evaluate
+from tau_env import NoopAgent, OracleAgent, ScriptedUser, aevaluate, evaluate, say
 from tau_env.error import InvalidOptionError, ResultsFolderError
 from tau_env.harness import EpisodeResult, episode_seed
 from tau_env.harness.results import LOCK_NAME, ResultsFolder, check_record, read_records
@@ -156,7 +157,7 @@ def test_an_oracle_folder_rerun_with_noop_is_refused_not_merged(tmp_path):
     with pytest.raises(
         ResultsFolderError,
         match=r"^\S+ holds episodes of a run with other settings: "
-        r'agent: "OracleAgent" in the folder, "NoopAgent" now\. '
+        r'agent: "tau_env\.agents\.OracleAgent" in the folder, "tau_env\.agents\.NoopAgent" now\. '
         r"Pass --restart \(resume=False in Python\) to start over there, or another --out \(out_dir\)\.$",
     ):
         run(out, NoopAgent)
@@ -529,3 +530,69 @@ def test_the_report_keeps_script_breaking_text_and_nan_inside_its_data(tmp_path)
     assert data["metrics"]["pass@1"] == "nan" and data["metrics"]["pass^k"] == {"1": "inf"}
     assert html.count("</script>") == 2 and "&lt;/script&gt;" in html  # the title is escaped
     assert "__TITLE__ __DATA__" in html.split("</title>")[0]  # and no slot is filled inside another
+
+
+# ---------------------------------------------------------------- a policy's identity on resume
+
+
+class _Refuses(OracleAgent):
+    def __call__(self, obs):
+        return say("I refuse")
+
+
+_Refuses.__name__ = _Refuses.__qualname__ = "OracleAgent"  # the same class name as the oracle
+
+
+class _Says:
+    def __init__(self, text="bye"):
+        self.text = text
+
+    def __call__(self, obs):
+        return say(self.text)
+
+
+def test_a_policy_is_known_by_module_and_class_not_its_class_name_alone(tmp_path):
+    out = tmp_path / "run"
+    run(out, OracleAgent)
+    with pytest.raises(
+        ResultsFolderError,
+        match=r'^\S+ holds episodes of a run with other settings: agent: "tau_env\.agents\.OracleAgent" in the '
+        r'folder, "\S*test_results_folder\.OracleAgent" now\. Pass --restart',
+    ):
+        run(out, _Refuses)
+    assert json.loads((out / "config.json").read_text())["agent"] == "tau_env.agents.OracleAgent"
+
+
+def test_a_factory_is_known_by_its_bound_arguments(tmp_path):
+    out = tmp_path / "run"
+    run(out, functools.partial(_Says, "a"))
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["agent"] == f"{_Says.__module__}._Says from {_Says.__module__}._Says('a')"
+    for other in (functools.partial(_Says, "b"), functools.partial(_Says, text="a"), _Says):
+        with pytest.raises(ResultsFolderError, match=r"^\S+ holds episodes of a run with other settings: agent: "):
+            run(out, other)
+    assert run(out, functools.partial(_Says, "a")).metrics["episodes"] == len(PLAN)  # the same: resumed
+
+    out2 = tmp_path / "closure"
+
+    def says(text):
+        return lambda: _Says(text)
+
+    run(out2, says("a"))
+    assert json.loads((out2 / "config.json").read_text())["agent"].endswith(".says.<locals>.<lambda>('a')")
+    with pytest.raises(ResultsFolderError, match=r"^\S+ holds episodes of a run with other settings: agent: "):
+        run(out2, says("b"))
+
+
+def test_a_folder_that_names_policies_by_class_alone_is_refused_with_the_reason(tmp_path):
+    out = tmp_path / "run"
+    run(out, OracleAgent)
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**cfg, "agent": "OracleAgent", "user": "ScriptedUser"}))
+    with pytest.raises(
+        ResultsFolderError,
+        match=r'^\S+ holds episodes of a run with other settings: agent: "OracleAgent" in the folder, '
+        r'"tau_env\.agents\.OracleAgent" now; user: .*\. \(Earlier versions of tau_env named a policy by its '
+        r"class alone; .*cannot be resumed\.\) Pass --restart",
+    ):
+        run(out, OracleAgent)

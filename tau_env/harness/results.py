@@ -322,8 +322,15 @@ class ResultsFolder:
                 f"this run's settings. {_RESTART}"
             )
         if diff := differences(old, config):
+            old_names = any(isinstance(old.get(s), str) and "." not in old[s] for s in ("agent", "user"))
+            note = (
+                " (Earlier versions of tau_env named a policy by its class alone; "
+                "it is now named by module and class, so such a folder cannot be resumed.)"
+                if old_names
+                else ""
+            )
             raise ResultsFolderError(
-                f"{self.dir} holds episodes of a run with other settings: {'; '.join(diff)}. {_RESTART}"
+                f"{self.dir} holds episodes of a run with other settings: {'; '.join(diff)}.{note} {_RESTART}"
             )
 
     def episode(self, r: EpisodeResult) -> None:

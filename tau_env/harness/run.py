@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import inspect
+import re
 import time
+import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,12 +134,54 @@ def _make_env(env: str | Callable[[], TauEnv], **kwargs: Any) -> Callable[[], Ta
     return env
 
 
-def _describe(policy: PolicyLike) -> Any:
-    """The policy's entry in config.json: its ``describe()`` (:class:`~tau_env.policy.SupportsDescribe`)
-    or its class or function name.
+def _qualified(obj: Any) -> str:
+    """``module.QualName`` of a class or function (of the object's class, for anything else)."""
+    target = obj if isinstance(obj, type) or hasattr(obj, "__qualname__") else type(obj)
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
+    return f"{module}.{name}" if isinstance(module, str) and module else str(name)
+
+
+def _clipped_repr(value: Any, width: int = 200) -> str:
+    """A short repr without memory addresses (which differ between runs), for config.json."""
+    try:
+        r = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+    except Exception:  # a repr that raises (or recurses) cannot stop the run
+        return f"<{type(value).__name__}>"
+    return r if len(r) <= width else r[: width - 3] + "..."
+
+
+def _describe(source: PolicySource, policy: PolicyLike) -> Any:
+    """A seat's entry in config.json, which identifies the run on resume.
+
+    ``policy`` is a policy ``source`` made (see :func:`_factory`). Its ``describe()``
+    (:class:`~tau_env.policy.SupportsDescribe`) when it has one; otherwise its module-qualified class
+    (or function) name, and, when ``source`` is a factory, the factory's qualified name with its
+    bound arguments (those of a ``functools.partial``, or a closure's values), clipped. Settings a
+    policy's constructor took are seen only through ``describe()`` (or a partial's arguments): two
+    instances of one class without ``describe()`` describe alike.
     """
     d = getattr(policy, "describe", None)
-    return d() if callable(d) else getattr(policy, "__name__", type(policy).__name__)
+    if callable(d):
+        return d()
+    name = _qualified(policy)
+    if source is policy or source is type(policy) or isinstance(source, type):
+        return name
+    if not isinstance(source, functools.partial | types.FunctionType):
+        return name  # an instance, copied per episode
+    if isinstance(source, functools.partial):
+        bound = [*map(_clipped_repr, source.args), *(f"{k}={_clipped_repr(v)}" for k, v in source.keywords.items())]
+        maker = _qualified(source.func)
+    else:
+        cells = []
+        for c in source.__closure__ or ():
+            try:
+                cells.append(_clipped_repr(c.cell_contents))
+            except ValueError:  # an empty cell
+                cells.append("<empty>")
+        bound, maker = cells, _qualified(source)
+    args = ", ".join(bound)
+    return f"{name} from {maker}({args if len(args) <= 300 else args[:297] + '...'})"
 
 
 @dataclass
@@ -191,8 +236,8 @@ class _Run:
                 "seed": seed,
                 "loop_limit": loop_limit,
                 **first.domain.prompt_config(),  # prompt style, user prompt version, guideline hashes
-                "agent": _describe(sample_agent),
-                "user": _describe(sample_user),
+                "agent": _describe(agent, sample_agent),
+                "user": _describe(user, sample_user),
                 "tasks": sorted({t for t, _, _ in plan}),
                 **make_kwargs,
                 **config,
