@@ -77,7 +77,12 @@ def _user(env, name, **args):
 def test_schemas_match_the_benchmark(env, reference):
     env.reset(options={"task_id": "task_001"})
     assert env.observe("agent")["tools"] == reference["agent_base_tools_openai_schema"]
-    assert env.observe("user")["tools"] == reference["user_tools_openai_schema"]
+    # As in the benchmark, the user seat has only the tools its task lists (task_001: one), in toolkit order.
+    for task_id in ("task_001", "task_015"):
+        env.reset(options={"task_id": task_id})
+        allowed = env.task.metadata["user_tools"]
+        want = [s for s in reference["user_tools_openai_schema"] if s["function"]["name"] in allowed]
+        assert want and env.observe("user")["tools"] == want
 
 
 def test_discovery_edge_cases(env, reference):
@@ -115,6 +120,8 @@ def test_discovery_edge_cases(env, reference):
     assert _agent(env, "transfer_to_human_agents", summary="s", reason="bogus") == ref["transfer_invalid_reason"]
     assert _agent(env, "get_user_information_by_id", user_id="nobody") == ref["get_user_by_id_missing"]
     assert _agent(env, "change_user_email", user_id="nobody", new_email="a@b") == ref["change_email_missing_user"]
+    env.reset(options={"task_id": "task_015"})  # a task whose user has call_discoverable_user_tool
+    env.step(say("hi"))
     assert (
         _user(
             env,
@@ -142,7 +149,11 @@ def test_discovery_edge_cases(env, reference):
         )
         == ref["user_call_unexpected_param"]
     )
-    assert _user(env, "list_discoverable_user_tools") == ref["list_user_tools_empty"]
+    # No task gives its user list_discoverable_user_tools (the benchmark offers a user only the tools
+    # its task lists); its text, through the toolbox with the tool made active:
+    ctx = env.domain.context(env.db, env.task, env.toolbox)
+    ctx.active["user"].add("list_discoverable_user_tools")
+    assert env.toolbox.call(ctx, "user", "list_discoverable_user_tools", {}).content == ref["list_user_tools_empty"]
     assert env.db_digest() == digest  # none of these changed the database
 
 

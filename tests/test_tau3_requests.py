@@ -8,7 +8,7 @@ recorded body, seat by seat and request by request: messages (roles, order, cont
 ids, the benchmark's ``name`` beside ``function``), tools, tool_choice, temperature and seed.
 
 Documented exceptions: ``model`` (the server's name); KB_search's wall-clock timing suffix;
-``max_tokens``, which tau_env's client always sends (see ``test_benchmark_sampling_sends_no_max_tokens``).
+nothing else (``Sampling(max_tokens=None)`` sends no ``max_tokens``, as the benchmark).
 Search ties follow the recorded document load order (``document_order``).
 
 The user-simulator guidelines are not in the shared data folder (the product reads them from the
@@ -75,7 +75,7 @@ def guidelines_dir(tmp_path_factory) -> Path:
 
 
 def _normal(body: dict) -> dict:
-    """The compared part of a body: all but ``model`` and ``max_tokens``, timing suffixes normalised."""
+    """The compared part of a body: all but ``model``, timing suffixes normalised."""
 
     def norm(x):
         if isinstance(x, str):
@@ -86,7 +86,7 @@ def _normal(body: dict) -> dict:
             return {k: norm(v) for k, v in x.items()}
         return x
 
-    return norm({k: v for k, v in body.items() if k not in ("model", "max_tokens")})
+    return norm({k: v for k, v in body.items() if k != "model"})
 
 
 def _first_difference(a, b, path="$") -> str | None:
@@ -129,7 +129,7 @@ def _replay(variant: str, task_id: str, guidelines: Path) -> tuple[list[dict], l
         document_order=str(ORDER),
     )
     with FakeOpenAI(script) as server:
-        sampling = Sampling(temperature=0.0)  # the benchmark's default arguments: {"temperature": 0.0}
+        sampling = Sampling(temperature=0.0, max_tokens=None)  # the benchmark's default: {"temperature": 0.0}
         agent = LLMAgent(ChatClient("scripted-agent", server.url, sampling=sampling, retries=0))
         user = LLMUser(ChatClient("scripted-user", server.url, sampling=sampling, retries=0))
         result = asyncio.run(arun_episode(env, agent, user, task_id=task_id, seed=SEED))
@@ -158,7 +158,6 @@ def test_requests_match_the_benchmark(variant, task_id, guidelines_dir):
         assert len(got) == len(want), f"{variant}/{task_id} {seat}: {len(got)} requests, recorded {len(want)}"
 
 
-@pytest.mark.xfail(strict=False, reason="ChatClient always sends max_tokens (tau_env/llm/client.py): needs omission")
 def test_benchmark_sampling_sends_no_max_tokens():
     """The benchmark's body has no max_tokens; Sampling(max_tokens=None) must leave the key out."""
     client = ChatClient("m", "http://127.0.0.1:1/v1", sampling=Sampling(temperature=0.0, max_tokens=None))

@@ -246,3 +246,33 @@ def test_validate_names_the_first_unknown_then_the_first_missing_argument():
 )
 def test_validate_gives_what_it_gave_before(arguments):
     assert _outcome(_three.validate, arguments) == _outcome(_reference_validate, _three, arguments)
+
+
+def test_an_infrastructure_error_inside_a_tool_propagates_and_rolls_back():
+    """A tool whose service fails (e.g. an embedding endpoint) raises InfrastructureError out of the call,
+    raw or not, with its writes undone: the harness reruns the episode; it is no model mistake."""
+    import sqlite3
+
+    from tau_env.error import InfrastructureError
+    from tau_env.tools import Toolbox, ToolContext, raw_tool, tool
+
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("CREATE TABLE t (x INTEGER)")
+
+    def failing(ctx, **kw):
+        ctx.conn.execute("INSERT INTO t VALUES (1)")
+        raise InfrastructureError("endpoint down")
+
+    @tool(kind="write")
+    def typed(ctx: ToolContext) -> str:
+        """Write, then fail."""
+        return failing(ctx)
+
+    schema = {"type": "function", "function": {"name": "raw", "description": "d", "parameters": {"type": "object"}}}
+    box = Toolbox([typed, raw_tool(failing, schema, kind="write")])
+    ctx = ToolContext(conn=conn, now=__import__("datetime").datetime(2025, 1, 1), toolbox=box)
+    ctx.active = box.initial_active()
+    for name in ("typed", "raw"):
+        with pytest.raises(InfrastructureError, match="^endpoint down$"):
+            box.call(ctx, "agent", name, {})
+        assert conn.execute("SELECT COUNT(*) FROM t").fetchone() == (0,)

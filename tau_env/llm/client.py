@@ -30,7 +30,7 @@ class Sampling:
     """Sampling settings sent with every request."""
 
     temperature: float = 0.0
-    max_tokens: int = 1024  # per-turn token cap
+    max_tokens: int | None = 1024  # per-turn token cap; None sends none (the server's own limit applies)
     top_p: float | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)  # server-specific fields (e.g. vLLM's)
 
@@ -163,8 +163,9 @@ class ChatClient:
             "model": self.model,
             "messages": messages,
             "temperature": self.sampling.temperature,
-            "max_tokens": self.sampling.max_tokens,
         }
+        if self.sampling.max_tokens is not None:
+            req["max_tokens"] = self.sampling.max_tokens
         if self.sampling.top_p is not None:
             req["top_p"] = self.sampling.top_p
         if tools:

@@ -69,7 +69,7 @@ class TransformersClient:
             messages, tools=tools or None, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         kwargs: dict[str, Any] = {
-            "max_new_tokens": self.sampling.max_tokens,
+            "max_new_tokens": self.sampling.max_tokens or 1024,  # a local model needs a cap
             "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
         }
         if self.sampling.temperature > 0:

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from tau_env.db import savepoint
-from tau_env.error import ToolDefinitionError, ToolError
+from tau_env.error import InfrastructureError, ToolDefinitionError, ToolError
 from tau_env.messages import clip, escape_surrogates
 from tau_env.tools.definition import SEATS, Tool, tool
 from tau_env.tools.schema import ArgumentError, suggest
@@ -168,6 +168,11 @@ class Toolbox:
             except ToolError as e:
                 sp.keep = False
                 return ToolResult(name, escape_surrogates(f"Error: {e}"), error=True)
+            except InfrastructureError:
+                # A service the tool depends on (an embedding or reranker endpoint) failed after its
+                # retries: not the model's doing and not a tool bug. It propagates (rolled back), so
+                # the harness reruns the episode or reports it outside every score.
+                raise
             except Exception as e:
                 if t.raw:
                     # The benchmark's contract: an exception is the tool's error message, and what the
