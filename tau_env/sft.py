@@ -53,12 +53,19 @@ def read_episodes(path: str | Path, on_skip: Callable[[int, str], None] | None =
     fields of :data:`REQUIRED_FIELDS`) is skipped; ``on_skip(line_number, reason)`` hears of it.
     """
     p = Path(path)
-    if p.is_dir():
-        p = p / "trajectories.jsonl"
-    if not p.is_file():
-        raise ResultsFolderError(
-            f"No trajectories at {p}: expected a results folder holding trajectories.jsonl, or such a file."
-        )
+    try:
+        if p.is_dir():
+            p = p / "trajectories.jsonl"
+        if not p.is_file():
+            raise ResultsFolderError(
+                f"No trajectories at {p}: expected a results folder holding trajectories.jsonl, or such a file."
+            )
+        yield from _read_lines(p, on_skip)
+    except OSError as e:  # unreadable (permissions, an I/O error, a name too long): one line naming the path
+        raise ResultsFolderError(f"Cannot read trajectories at {p}: {e.strerror or e}.") from e
+
+
+def _read_lines(p: Path, on_skip: Callable[[int, str], None] | None) -> Iterator[dict[str, Any]]:
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():

@@ -1,5 +1,6 @@
 import errno
 import json
+import os
 import re
 import subprocess
 import sys
@@ -488,3 +489,32 @@ def test_export_sft_makes_missing_output_folders(tmp_path):
     jsonl, parquet = tmp_path / "a" / "b" / "sft.jsonl", tmp_path / "c" / "sft.parquet"
     assert main(["export-sft", str(tmp_path / "run"), "--jsonl", str(jsonl), "--parquet", str(parquet)]) == 0
     assert jsonl.read_text() and parquet.stat().st_size > 0
+
+
+@pytest.mark.parametrize("seat", ["agent", "user"])
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("notaurl", "it has no scheme"),
+        ("ftp://x/v1", "the scheme is 'ftp'"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
+    ],
+)
+def test_eval_refuses_a_bad_base_url_in_one_line(capsys, tmp_path, seat, url, problem):
+    argv = ["eval", "--quiet", "--no-cache", "--out", str(tmp_path / "r"), f"--{seat}-model", "m"]
+    _fails(
+        capsys,
+        [*argv, f"--{seat}-base-url", url],
+        rf"Expected an http:// or https:// base URL .*: {re.escape(problem)}\.$",
+    )
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK), reason="needs Linux's /proc/self/mem")
+@pytest.mark.parametrize("command", [["show"], ["export-sft", "--jsonl", "OUT"]])
+def test_show_and_export_sft_report_an_unreadable_file_in_one_line(capsys, tmp_path, command):
+    """/proc/self/mem opens, then reading it from its start fails with EIO."""
+    argv = [command[0], "/proc/self/mem", *[str(tmp_path / "o") if a == "OUT" else a for a in command[1:]]]
+    _fails(capsys, argv, r"Cannot read trajectories at /proc/self/mem: Input/output error\.$")
+    _fails(capsys, [command[0], "x" * 5000, *argv[2:]], r"(Cannot read trajectories at )?x+: File name too long\.?$")

@@ -266,7 +266,9 @@ def test_malformed_arguments_and_odd_ids_are_the_models_and_pass(backend):
         {"function": {"name": "", "arguments": "not json"}},
         {"type": "x", "function": {"name": "g"}},
     ]
-    body = json.dumps({"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "image"}], "tool_calls": calls}}]})
+    body = json.dumps(
+        {"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "image"}], "tool_calls": calls}}]}
+    )
     with RawServer(fixed(response(body.encode()))) as server:
         reply = complete(ChatClient("m", server.url, backend=backend))
     assert reply["tool_calls"] == calls
@@ -307,7 +309,9 @@ def _endless_continue(conn, body, n):
 def test_the_timeout_bounds_each_whole_attempt(backend, handler):
     with RawServer(handler) as server:
         client = ChatClient("m", server.url, retries=1, backoff=0.01, timeout=0.5, backend=backend)
-        with pytest.raises(InfrastructureError, match=r"^m at .* failed after 2 attempts: ServerTimeout: no reply within 0.5 s"):
+        with pytest.raises(
+            InfrastructureError, match=r"^m at .* failed after 2 attempts: ServerTimeout: no reply within 0.5 s"
+        ):
             complete(client)
     assert len(server.heads) == 2
 
@@ -539,7 +543,9 @@ def test_bad_settings_are_refused():
     ],
 )
 def test_a_bad_base_url_is_refused_when_the_client_is_made(backend, url, problem):
-    with pytest.raises(InvalidOptionError, match=rf"^Expected an http:// or https:// base URL .*, got '.*': {problem}\.$"):
+    with pytest.raises(
+        InvalidOptionError, match=rf"^Expected an http:// or https:// base URL .*, got '.*': {problem}\.$"
+    ):
         ChatClient("m", url, backend=backend)
 
 
