@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -596,3 +597,73 @@ def test_a_folder_that_names_policies_by_class_alone_is_refused_with_the_reason(
         r"class alone; .*cannot be resumed\.\) Pass --restart",
     ):
         run(out, OracleAgent)
+
+
+# ---------------------------------------------------------------- only regular files of its own
+
+OWN = [LOCK_NAME, "config.json", "trajectories.jsonl", "metrics.json", "summary.txt", "report.html"]
+
+
+def _refused(name, kind):
+    return rf"^Cannot use \S+ as a results folder: {re.escape(name)} there is {kind}, not a regular file, .*--out"
+
+
+@pytest.mark.parametrize("resume", [True, False])
+@pytest.mark.parametrize("name", OWN)
+def test_a_symlinked_file_in_the_folder_is_refused_before_anything_is_written(clean, tmp_path, name, resume):
+    src, _, lines = clean
+    out = copy_folder(src, lines[:2])
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious\npartial line")  # a torn "last line": resume would cut it
+    (out / name).unlink(missing_ok=True)
+    (out / name).symlink_to(outside)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if not p.is_symlink()}
+    with pytest.raises(ResultsFolderError, match=_refused(name, "a symbolic link")):
+        run(out, resume=resume)
+    assert outside.read_bytes() == b"precious\npartial line"
+    assert {p.name: p.read_bytes() for p in out.iterdir() if not p.is_symlink()} == before
+
+
+@pytest.mark.parametrize("name", OWN)
+def test_a_fifo_or_folder_in_the_folder_is_refused_without_blocking(clean, name):
+    src, _, lines = clean
+    for kind, make in (("a FIFO", os.mkfifo), ("a folder", os.mkdir)):
+        out = copy_folder(src, lines[:2])  # a valid config.json: resume would read trajectories.jsonl
+        (out / name).unlink(missing_ok=True)
+        make(out / name)
+        errors = []
+
+        def go(out=out, errors=errors):
+            try:
+                run(out)
+            except ResultsFolderError as e:
+                errors.append(str(e))
+
+        t = threading.Thread(target=go, daemon=True)
+        t.start()
+        t.join(120)  # a generous guard against hanging the suite, not a speed check
+        assert not t.is_alive(), f"evaluate blocked on {kind} {name}"
+        assert len(errors) == 1 and re.match(_refused(name, kind), errors[0])
+
+
+def test_a_link_made_during_the_run_is_refused_when_written(clean, tmp_path):
+    src, _, lines = clean
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious")
+    plan = [(t, k, episode_seed(0, t, k)) for t, k in PLAN]
+    folder = ResultsFolder(tmp_path / "run", {"x": 1}, plan, resume=True)
+    try:
+        (tmp_path / "run" / "metrics.json").symlink_to(outside)
+        with pytest.raises(ResultsFolderError, match=_refused("metrics.json", "a symbolic link")):
+            folder.finish({}, "s", [], "t")
+    finally:
+        folder.close()
+    assert outside.read_bytes() == b"precious"
+
+
+def test_the_folder_itself_may_be_a_link_to_a_folder(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    r = run(tmp_path / "link", task_ids=IDS[:1], trials=1)
+    assert r.metrics["episodes"] == 1 and (real / "metrics.json").is_file()

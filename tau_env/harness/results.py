@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import types
 import typing
 import warnings
@@ -73,8 +74,81 @@ def json_line(obj: Any) -> bytes:
     return encode(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
 
 
+#: Every file a results folder reads, writes or truncates; each must be a regular file (or absent).
+OWN_FILES = (LOCK_NAME, "config.json", TRAJECTORIES, "metrics.json", "summary.txt", "report.html")
+_SAFE = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _not_regular(path: Path, mode: int) -> ResultsFolderError:
+    kind = (
+        "a symbolic link"
+        if stat.S_ISLNK(mode)
+        else "a folder"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device or socket"
+    )
+    return ResultsFolderError(
+        f"Cannot use {path.parent} as a results folder: {path.name} there is {kind}, not a regular file, "
+        "and a results folder writes only its own files. Remove it, or pass another --out (out_dir)."
+    )
+
+
+def check_own_files(directory: Path) -> None:
+    """Raise :class:`~tau_env.error.ResultsFolderError` if one of :data:`OWN_FILES` in ``directory``
+    is there but is not a regular file (a symbolic link, FIFO, device, folder): the folder would
+    write through it, or block on it.
+    """
+    for name in OWN_FILES:
+        try:
+            mode = os.lstat(directory / name).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise _not_regular(directory / name, mode)
+
+
+def open_own(path: Path, flags: int, *, truncate: bool = False) -> int:
+    """A descriptor of the regular file ``path`` (created if ``flags`` say so), never through a
+    symbolic link and never blocking on a FIFO; truncated once it is known to be a regular file.
+    """
+    try:
+        fd = os.open(path, flags | _SAFE, 0o644)
+    except OSError as e:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            raise e from None
+        if not stat.S_ISREG(mode):  # ELOOP (a link), ENXIO (a FIFO without a reader), EISDIR, ...
+            raise _not_regular(path, mode) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        if truncate:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_own(path: Path) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_own`)."""
+    with os.fdopen(open_own(path, os.O_RDONLY), "rb") as f:
+        return f.read()
+
+
+def write_own(path: Path, data: bytes) -> None:
+    """Replace the content of the regular file ``path`` (see :func:`open_own`) with ``data``."""
+    with os.fdopen(open_own(path, os.O_WRONLY | os.O_CREAT, truncate=True), "wb") as f:
+        f.write(data)
+
+
 def write_text(path: Path, text: str) -> None:
-    path.write_bytes(encode(text))
+    write_own(path, encode(text))
 
 
 def _short(value: Any, width: int = 60) -> str:
@@ -190,13 +264,16 @@ def read_records(
 
     A torn last line (from a kill mid-write) is cut off the file.
     """
-    data = path.read_bytes() if data is None else data
+    data = read_own(path) if data is None else data
     end = data.rfind(NL) + 1
     skipped: Counter[str] = Counter()
     first: dict[str, str] = {}
     if end < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(end)
+        fd = open_own(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, end)
+        finally:
+            os.close(fd)
         skipped["torn last line"] += 1
         first["torn last line"] = f"line {data.count(NL) + 1}"
     seeds = {(t, k): s for t, k, s in plan}
@@ -240,7 +317,7 @@ class _Lock:
         if fcntl is None:
             return
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_own(self.path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -256,7 +333,7 @@ class _Lock:
                 raise
             # the holder before us may have removed the file while we opened it: lock the file that is there
             try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
             except FileNotFoundError:
                 same = False
             if same:
@@ -293,9 +370,10 @@ class ResultsFolder:
             if self.dir.exists() and not self.dir.is_dir():
                 raise ResultsFolderError(f"{self.dir} is a file, not a folder. Pass another --out (out_dir).")
             self.dir.mkdir(parents=True, exist_ok=True)
+            check_own_files(self.dir)  # before anything is written: no link, FIFO or device in our place
             self._lock = _Lock(self.dir)
             path = self.dir / TRAJECTORIES
-            data = path.read_bytes() if resume and path.exists() else b""
+            data = read_own(path) if resume and path.exists() else b""
             if data.strip():
                 self._check_settings(config)
                 self.previous, self.skipped = read_records(path, plan, data)
@@ -303,7 +381,7 @@ class ResultsFolder:
                 path.unlink()
             record = {**config, "resumed_episodes": len(self.previous), "skipped_records": dict(self.skipped)}
             write_text(self.dir / "config.json", json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n")
-            self._traj = open(path, "ab")
+            self._traj = os.fdopen(open_own(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         except OSError as e:
             self.close()
             raise self._cannot_write(e) from e
@@ -313,7 +391,7 @@ class ResultsFolder:
 
     def _check_settings(self, config: dict[str, Any]) -> None:
         try:
-            old = json.loads((self.dir / "config.json").read_bytes())
+            old = json.loads(read_own(self.dir / "config.json"))
         except (OSError, ValueError, RecursionError):
             old = None
         if not isinstance(old, dict):
@@ -350,7 +428,7 @@ class ResultsFolder:
             self._traj.close()
             write_text(self.dir / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
             write_text(self.dir / "summary.txt", summary + "\n")
-            report.write(self.dir / "report.html", episodes, metrics, title)
+            write_own(self.dir / "report.html", encode(report.render(episodes, metrics, title)))
         except OSError as e:
             raise self._cannot_write(e) from e
 
