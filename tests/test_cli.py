@@ -495,8 +495,8 @@ def test_export_sft_makes_missing_output_folders(tmp_path):
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
-        ("notaurl", "it has no scheme"),
-        ("ftp://x/v1", "the scheme is 'ftp'"),
+        ("notaurl", ""),
+        ("ftp://x/v1", ""),
         ("http://[::1", "Invalid IPv6 URL"),
         ("http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
     ],
@@ -506,7 +506,7 @@ def test_eval_refuses_a_bad_base_url_in_one_line(capsys, tmp_path, seat, url, pr
     _fails(
         capsys,
         [*argv, f"--{seat}-base-url", url],
-        rf"Expected an http:// or https:// base URL .*: {re.escape(problem)}\.$",
+        rf"Expected an http:// or https:// base URL, got '.*'{problem and ': '}{re.escape(problem)}\.$",
     )
     assert not (tmp_path / "r").exists()
 

@@ -524,7 +524,7 @@ def test_bad_settings_are_refused():
         ChatClient("m", "http://127.0.0.1:1/v1", backend="grpc")
     with pytest.raises(InvalidOptionError, match=r"^max_connections must be a positive integer, got 0\.$"):
         ChatClient("m", "http://127.0.0.1:1/v1", max_connections=0)
-    with pytest.raises(InvalidOptionError, match=r"^Expected an http:// or https:// base URL .*, got 'ftp://x': "):
+    with pytest.raises(InvalidOptionError, match=r"^Expected an http:// or https:// base URL, got 'ftp://x'\.$"):
         http.ConnectionPool("ftp://x")
 
 
@@ -532,8 +532,8 @@ def test_bad_settings_are_refused():
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
-        ("notaurl", "it has no scheme"),
-        ("ftp://x/v1", "the scheme is 'ftp'"),
+        ("notaurl", ""),
+        ("ftp://x/v1", ""),
         ("http://[::1", "Invalid IPv6 URL"),
         ("http://127.0.0.1:99999/v1", "Port out of range 0-65535"),
         ("http://127.0.0.1:x/v1", "Port could not be cast to integer value as 'x'"),
@@ -544,7 +544,7 @@ def test_bad_settings_are_refused():
 )
 def test_a_bad_base_url_is_refused_when_the_client_is_made(backend, url, problem):
     with pytest.raises(
-        InvalidOptionError, match=rf"^Expected an http:// or https:// base URL .*, got '.*': {problem}\.$"
+        InvalidOptionError, match=rf"^Expected an http:// or https:// base URL, got '.*'{problem and ': '}{problem}\.$"
     ):
         ChatClient("m", url, backend=backend)
 

@@ -48,7 +48,8 @@ class Reply:
 
 
 def check_url(url: str) -> SplitResult:
-    """``url``'s parts, if it is an ``http://`` or ``https://`` URL with a host and a valid port.
+    """``url``'s parts, if it is an ``http://`` or ``https://`` URL (e.g. ``http://127.0.0.1:8000/v1``)
+    with a host and a valid port.
 
     Raises:
         InvalidOptionError: It is not (or holds whitespace or control characters).
@@ -66,16 +67,13 @@ def check_url(url: str) -> SplitResult:
             problem = str(e)
         else:
             if parts.scheme not in ("http", "https"):
-                problem = f"the scheme is {parts.scheme!r}" if parts.scheme else "it has no scheme"
+                problem = ""  # the message says it all
             elif not parts.hostname:
                 problem = "it has no host"
             elif parts.port == 0:
                 problem = "port 0 is not a port to connect to"
     if problem is not None:
-        raise InvalidOptionError(
-            f"Expected an http:// or https:// base URL with a host (e.g. http://127.0.0.1:8000/v1), "
-            f"got {url!r}: {problem}."
-        )
+        raise InvalidOptionError(f"Expected an http:// or https:// base URL, got {url!r}{problem and ': '}{problem}.")
     return parts
 
 
