@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tau_env
 from tau_env import NoopAgent, OracleAgent, ScriptedUser, aevaluate, evaluate, say
 from tau_env.error import InvalidOptionError, ResultsFolderError
 from tau_env.harness import EpisodeResult, episode_seed
@@ -667,3 +668,81 @@ def test_the_folder_itself_may_be_a_link_to_a_folder(tmp_path):
     (tmp_path / "link").symlink_to(real)
     r = run(tmp_path / "link", task_ids=IDS[:1], trials=1)
     assert r.metrics["episodes"] == 1 and (real / "metrics.json").is_file()
+
+
+# ---------------------------------------------------------------- what the runners are given
+
+_ENV_MSG = r"env must be a registered id or a zero-argument factory of envs; got "
+_SEAT_MSG = (
+    r" must be a policy \(a function of the observation, or an object with __call__ or aact\), "
+    r"a policy class or a zero-argument factory of policies; got "
+)
+_OUT_MSG = (
+    r"out_dir must be a folder path \(a non-empty str or os\.PathLike; the current folder is '\.'\) or None; got "
+)
+BAD_INPUTS = [
+    ({"env": 5}, _ENV_MSG + r"5\.$"),
+    ({"env": None}, _ENV_MSG + r"None\.$"),
+    ({"env": lambda x: x}, _ENV_MSG + r"<function "),
+    ({"env": "make"}, None),  # a TauEnv instance: see below
+    ({"agent": None}, "agent" + _SEAT_MSG + r"None\.$"),
+    ({"agent": 5}, "agent" + _SEAT_MSG + r"5\.$"),
+    ({"user": "ScriptedUser"}, "user" + _SEAT_MSG + r"'ScriptedUser'\.$"),
+    ({"out_dir": 5}, _OUT_MSG + r"5\.$"),
+    ({"out_dir": ""}, _OUT_MSG + r"''\.$"),
+    ({"out_dir": "  "}, _OUT_MSG + r"'  '\.$"),
+    ({"out_dir": b"run"}, _OUT_MSG + r"b'run'\.$"),
+    ({"out_dir": "a\0b"}, _OUT_MSG + r"'a\\x00b'\.$"),
+    ({"out_dir": "run\ud800"}, _OUT_MSG + r"'run\\ud800'\.$"),
+    ({"config": 5}, r"config must be a dict of extra config\.json entries with str keys, or None; got 5\.$"),
+    ({"config": {(1,): 2}}, r"config must be a dict of extra config\.json entries with str keys, or None; got "),
+    ({"resume": "yes"}, r"resume must be True or False; got 'yes'\.$"),
+    ({"resume": 1}, r"resume must be True or False; got 1\.$"),
+    ({"progress": "x"}, r"progress must be True or False; got 'x'\.$"),
+    ({"progress": None}, r"progress must be True or False; got None\.$"),
+]
+
+
+@pytest.mark.parametrize("backend", ["evaluate", "aevaluate", "ray_evaluate"])
+@pytest.mark.parametrize(("kw", "message"), BAD_INPUTS)
+def test_bad_runner_inputs_raise_invalid_option_and_write_nothing(tmp_path, monkeypatch, backend, kw, message):
+    monkeypatch.chdir(tmp_path)
+    call = {
+        "evaluate": evaluate,
+        "aevaluate": lambda *a, **k: asyncio.run(aevaluate(*a, **k)),
+        "ray_evaluate": _ray_evaluate,  # checked before Ray is imported
+    }[backend]
+    args = {"env": ENV, "agent": NoopAgent, "user": ScriptedUser, "out_dir": tmp_path / "run", **kw}
+    if args["env"] == "make":
+        args["env"] = tau_env.make(ENV)
+        message = (
+            r"env must be a registered id or a zero-argument factory of envs; got a TauEnv instance \(each episode "
+            r"needs an env of its own\): pass its id, or a factory such as lambda: tau_env\.make\(\.\.\.\)\.$"
+        )
+    with pytest.raises(InvalidOptionError, match=f"^{message}"):
+        call(args.pop("env"), args.pop("agent"), args.pop("user"), task_ids=IDS[:1], **args)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("backend", "kw", "message"),
+    [
+        ("evaluate", {"concurrency": 0}, r"concurrency is a setting of aevaluate and ray_evaluate, not of evaluate"),
+        ("evaluate", {"episode_retries": 1}, r"episode_retries is a setting of aevaluate and ray_evaluate, not of "),
+        ("evaluate", {"chunk_size": 4}, r"chunk_size is a setting of ray_evaluate, not of evaluate; call ray_eval"),
+        ("aevaluate", {"address": "auto"}, r"address is a setting of ray_evaluate, not of aevaluate; call ray_eval"),
+    ],
+)
+def test_a_setting_of_another_runner_is_named_as_such(tmp_path, backend, kw, message):
+    call = {"evaluate": evaluate, "aevaluate": lambda *a, **k: asyncio.run(aevaluate(*a, **k))}[backend]
+    with pytest.raises(InvalidOptionError, match=f"^{message}"):
+        call(ENV, NoopAgent, ScriptedUser, out_dir=tmp_path / "run", **kw)
+    assert not (tmp_path / "run").exists()
+
+
+def test_make_keywords_with_an_env_factory_are_refused(tmp_path):
+    with pytest.raises(
+        InvalidOptionError,
+        match=r"^Keywords for make \(max_steps, retrieval\) apply only to a registered id; env is a factory: give ",
+    ):
+        evaluate(lambda: tau_env.make(ENV), NoopAgent, ScriptedUser, max_steps=3, retrieval="grep")

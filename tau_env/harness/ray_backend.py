@@ -15,7 +15,7 @@ from typing import Any
 
 from tau_env.error import DependencyNotInstalled, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult
-from tau_env.harness.run import EvalRun, PolicySource, _make_env, _Run, check_settings, run_plan
+from tau_env.harness.run import EvalRun, PolicySource, _make_env, _Run, check_inputs, check_settings, run_plan
 from tau_env.policy import PolicyLike
 
 
@@ -74,6 +74,8 @@ def ray_evaluate(
         concurrency=concurrency,
         episode_retries=episode_retries,
     )
+    inputs = {"out_dir": out_dir, "config": config, "resume": resume, "progress": progress}
+    check_inputs("ray_evaluate", env, agent, user, **inputs, make_kwargs=make_kwargs)
     if chunk_size is not None and (type(chunk_size) is not int or chunk_size < 1):
         raise InvalidOptionError(f"chunk_size must be an int >= 1 or None; got {chunk_size!r}.")
     try:

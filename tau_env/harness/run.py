@@ -10,6 +10,7 @@ import asyncio
 import copy
 import functools
 import inspect
+import os
 import re
 import time
 import types
@@ -117,6 +118,89 @@ def check_settings(
             f"task_ids must be a non-empty list of task ids (None for every task); got {_short_repr(task_ids)}."
         )
     return ids
+
+
+#: Settings of some runners only, and the runners that take them.
+_RUNNER_SETTINGS = {
+    "concurrency": ("aevaluate", "ray_evaluate"),
+    "episode_retries": ("aevaluate", "ray_evaluate"),
+    "address": ("ray_evaluate",),
+    "chunk_size": ("ray_evaluate",),
+}
+
+
+def _takes_no_arguments(f: Callable[..., Any]) -> bool:
+    try:
+        inspect.signature(f).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): trust the caller
+        return True
+    return True
+
+
+def check_inputs(
+    runner: str,
+    env: Any,
+    agent: Any,
+    user: Any,
+    *,
+    out_dir: Any,
+    config: Any,
+    resume: Any,
+    progress: Any,
+    make_kwargs: dict[str, Any],
+) -> None:
+    """Check what a runner (``evaluate``, ``aevaluate``, ``ray_evaluate``) was given besides the
+    numeric settings (see :func:`check_settings`), before anything runs or is written.
+
+    Raises:
+        InvalidOptionError: An argument of the wrong kind, or a keyword of another runner.
+    """
+    for key in make_kwargs:
+        if runner not in _RUNNER_SETTINGS.get(key, (runner,)):
+            takers = _RUNNER_SETTINGS[key]
+            raise InvalidOptionError(
+                f"{key} is a setting of {' and '.join(takers)}, not of {runner}; call {takers[0]} to use it."
+            )
+    if isinstance(env, TauEnv):
+        raise InvalidOptionError(
+            "env must be a registered id or a zero-argument factory of envs; got a TauEnv instance (each "
+            "episode needs an env of its own): pass its id, or a factory such as lambda: tau_env.make(...)."
+        )
+    if not isinstance(env, str) and not (callable(env) and _takes_no_arguments(env)):
+        raise InvalidOptionError(
+            f"env must be a registered id or a zero-argument factory of envs; got {_short_repr(env)}."
+        )
+    if make_kwargs and not isinstance(env, str):
+        raise InvalidOptionError(
+            f"Keywords for make ({', '.join(sorted(make_kwargs))}) apply only to a registered id; "
+            "env is a factory: give them to it instead."
+        )
+    for seat, p in (("agent", agent), ("user", user)):
+        if not (callable(p) or hasattr(p, "aact")):
+            raise InvalidOptionError(
+                f"{seat} must be a policy (a function of the observation, or an object with __call__ or aact), "
+                f"a policy class or a zero-argument factory of policies; got {_short_repr(p)}."
+            )
+    if out_dir is not None:
+        path = os.fspath(out_dir) if isinstance(out_dir, str | os.PathLike) else None
+        try:
+            ok = isinstance(path, str) and path.strip() != "" and "\0" not in path and bool(os.fsencode(path))
+        except UnicodeEncodeError:
+            ok = False
+        if not ok:
+            raise InvalidOptionError(
+                "out_dir must be a folder path (a non-empty str or os.PathLike; the current folder is '.') "
+                f"or None; got {_short_repr(out_dir)}."
+            )
+    if config is not None and not (isinstance(config, dict) and all(isinstance(k, str) for k in config)):
+        raise InvalidOptionError(
+            f"config must be a dict of extra config.json entries with str keys, or None; got {_short_repr(config)}."
+        )
+    for name, value in (("resume", resume), ("progress", progress)):
+        if type(value) is not bool:
+            raise InvalidOptionError(f"{name} must be True or False; got {_short_repr(value)}.")
 
 
 def _plan(env: TauEnv, task_ids: Sequence[str] | None, trials: int, seed: int) -> list[tuple[str, int, int]]:
@@ -324,11 +408,15 @@ def evaluate(
             times (an int >= 1, or None for no limit).
 
     Raises:
-        InvalidOptionError: A setting out of range or of the wrong type.
+        InvalidOptionError: A setting out of range or of the wrong type, an env instance (pass its id
+            or a factory), make keywords with an env factory, or a setting of another runner
+            (``concurrency``: use :func:`aevaluate`).
         ResultsFolderError: ``out_dir`` cannot be written, another run holds it, or it holds a
             run with other settings.
     """
     task_ids = check_settings(trials=trials, seed=seed, loop_limit=loop_limit, task_ids=task_ids)
+    inputs = {"out_dir": out_dir, "config": config, "resume": resume, "progress": progress}
+    check_inputs("evaluate", env, agent, user, **inputs, make_kwargs=make_kwargs)
     if _is_async(_factory(agent)) or _is_async(_factory(user)):
         return asyncio.run(
             aevaluate(
@@ -386,6 +474,8 @@ async def aevaluate(
         concurrency=concurrency,
         episode_retries=episode_retries,
     )
+    inputs = {"out_dir": out_dir, "config": config, "resume": resume, "progress": progress}
+    check_inputs("aevaluate", env, agent, user, **inputs, make_kwargs=make_kwargs)
     extra = {**(config or {}), "concurrency": concurrency}
     args = (task_ids, trials, seed, out_dir, progress, extra, make_kwargs, resume, loop_limit)
     with _Run.prepare(env, agent, user, *args) as run:
