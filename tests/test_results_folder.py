@@ -285,6 +285,34 @@ def test_check_record_accepts_what_the_harness_writes_and_names_what_is_wrong(cl
     assert check_record({**good, "steps": -1}) == "steps is negative"
     assert check_record({**good, "reward": 2.0}) == "reward 2.0 is not in [0, 1]"
     assert check_record({**good, "events": [1]}).startswith("events is [1], not of type")
+    assert check_record({**good, "termination_reason": "bogus"}) is None  # a caller's own reason (end_episode)
+    assert check_record({**good, "reward": 0.0}) is None  # cut off: 0 whatever the grade
+    for bad, why in NONSENSE:
+        assert check_record({**good, **bad(good)}).startswith(why)
+
+
+#: Records of the right top-level types that carry nonsense, and why each is refused.
+NONSENSE = [
+    (lambda g: {"termination_reason": ""}, "termination_reason is an empty string"),
+    (lambda g: {"termination_reason": " "}, "termination_reason is an empty string"),
+    (lambda g: {"grade": {"reward": "x", "diff": 5}}, 'grade reward "x" is not a number in [0, 1]'),
+    (lambda g: {"grade": {**g["grade"], "reward": 2}}, "grade reward 2 is not a number in [0, 1]"),
+    (lambda g: {"grade": {**g["grade"], "reward": True}}, "grade reward true is not a number in [0, 1]"),
+    (lambda g: {"grade": {**g["grade"], "db_match": 1}}, "grade db_match 1 is not true or false"),
+    (lambda g: {"grade": {**g["grade"], "differing_tables": [1]}}, "grade differing_tables [1] is not a list of names"),
+    (lambda g: {"grade": {**g["grade"], "diff": 5}}, "grade diff 5 is not an object"),
+    (lambda g: {"grade": {"reward": 1.0}}, "grade db_match (missing) is not true or false"),
+    (lambda g: {"reward": 0.5}, "reward 0.5 is neither 0 nor the grade's reward "),
+    (lambda g: {"reward": 1.0, "grade": {**g["grade"], "reward": 0.0}}, "reward 1.0 is neither 0 nor the grade's "),
+    (lambda g: {"reward": 1.0, "grade": {}}, "reward 1.0 without a grade"),
+    (lambda g: {"events": [{"step": "a", "seat": 5, "message": 7}]}, 'events[0] step "a" is not an int >= 1'),
+    (lambda g: {"events": [{"step": 0, "seat": "agent", "message": {}}]}, "events[0] step 0 is not an int >= 1"),
+    (lambda g: {"events": [{"step": 1, "seat": 5, "message": {}}]}, 'events[0] seat 5 is not "agent" or "user"'),
+    (lambda g: {"events": [{"step": 1, "seat": "agent", "message": 7}]}, "events[0] message 7 is not an object"),
+    (lambda g: {"events": [{"step": 1, "seat": "user"}]}, "events[0] message (missing) is not an object"),
+    (lambda g: {"events": [{"step": 1, "seat": "user", "message": {}, "tool_results": 3}]},
+     "events[0] tool_results 3 is not a list of objects"),
+]  # fmt: skip
 
 
 def _mutations(good: dict) -> list[dict]:
@@ -293,6 +321,7 @@ def _mutations(good: dict) -> list[dict]:
     out = [{**good, "task_id": "nope"}, {**good, "task_id": "damaged_card_standard_expedited"}]
     out += [{**good, "trial": k, "seed": episode_seed(0, good["task_id"], k)} for k in (TRIALS, TRIALS + 3)]
     out += [{**good, "seed": good["seed"] ^ 1}, {**good, "unknown": None}, {**good, "reward": float("inf")}]
+    out += [{**good, **bad(good)} for bad, _ in NONSENSE]  # the right types, nonsense inside
     for name, value in good.items():
         out.append({k: v for k, v in good.items() if k != name})
         kind = type(value) if value is not None else str
@@ -311,6 +340,7 @@ corruption = st.one_of(
     st.tuples(st.just("mutate"), st.integers(0, 100), st.integers(0, 10_000), st.integers(0, 100)),
     st.tuples(st.just("bad_utf8"), st.integers(0, 100), st.integers(0, 10_000)),
     st.tuples(st.just("truncate"), st.integers(0, 10**6)),
+    st.tuples(st.just("nonsense"), st.integers(0, 100), st.integers(0, len(NONSENSE) - 1)),
 )
 
 
@@ -337,6 +367,13 @@ def _corrupt(lines: list[bytes], ops) -> bytes:
             line = lines[a[0] % n]
             i = a[1] % len(line)
             lines.insert(a[0] % n, line[:i] + b"\xc3\x28" + line[i + 1 :])
+        elif op == "nonsense" and n:  # right before the record it spoils: read first, it must be refused
+            try:
+                good = json.loads(lines[a[0] % n])
+            except ValueError:
+                continue
+            if check_record(good) is None:
+                lines.insert(a[0] % n, json.dumps({**good, **NONSENSE[a[1]][0](good)}).encode())
         elif op == "truncate":
             data = b"".join(x + b"\n" for x in lines) + torn
             data = data[: a[0] % (len(data) + 1)]
@@ -353,6 +390,8 @@ def test_random_corruptions_never_change_the_metrics_of_the_planned_episodes(cle
     r = run(out)
     assert scores(r.metrics) == metrics
     assert [(x.task_id, x.trial) for x in r.results] == PLAN
+    timeless = [{k: v for k, v in json.loads(x).items() if k != "duration_s"} for x in lines]
+    assert [{k: v for k, v in x.to_dict().items() if k != "duration_s"} for x in r.results] == timeless
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kept, _ = read_records(out / "trajectories.jsonl", [(t, k, episode_seed(0, t, k)) for t, k in PLAN])
@@ -493,9 +532,9 @@ def test_any_model_text_is_held_faithfully_by_every_file(tmp_path_factory, text,
 def test_the_folder_writes_text_the_env_did_not_clean_and_reads_it_back(tmp_path_factory, text):
     out = tmp_path_factory.mktemp("raw")
     plan = [("t" + text, 0, 1)]
-    ep = EpisodeResult(
-        "t" + text, 0, 1, 1.0, text, 2, 0, 0, {text: text}, [{"message": {"content": text}}], 0.0, {}, text, {}
-    )
+    grade = {"reward": 1.0, "db_match": True, "differing_tables": [text], "diff": {text: text}}
+    events = [{"step": 1, "seat": "agent", "message": {"content": text}}]
+    ep = EpisodeResult("t" + text, 0, 1, 1.0, "r" + text, 2, 0, 0, grade, events, 0.0, {}, text, {})
     folder = ResultsFolder(out, {"note": text}, plan, resume=True)
     try:
         folder.episode(ep)

@@ -11,10 +11,13 @@ line, appended and synced as each finishes), ``metrics.json``, ``summary.txt`` a
   (all but :data:`NOT_IDENTIFYING` count) raises ``ResultsFolderError`` naming each difference.
   The number of trials may differ: records beyond the new plan are skipped.
 - **Trust no record.** Every line is checked (UTF-8, JSON, exactly the fields and types of
-  :class:`~tau_env.harness.episode.EpisodeResult`, values in range, a (task, trial, seed) of the
-  plan); bad, surplus and duplicated lines are skipped, counted in ``config.json``
+  :class:`~tau_env.harness.episode.EpisodeResult`, values in range, the grade's and each event's
+  shape, a reward that is 0 or the grade's, a (task, trial, seed) of the plan); bad, surplus and duplicated lines are skipped, counted in ``config.json``
   (``skipped_records``) and warned about, and each planned (task, trial) counts once (the first
   valid record; one that ended in an infrastructure error is run again).
+- **Its own files only.** Each file it reads, writes or truncates is opened without following a
+  symbolic link and must be a regular file; a link, FIFO, device or folder in the place of one is
+  refused (``ResultsFolderError``) before anything is written. The folder itself may be a link.
 - **Any text.** Text the results cannot encode as UTF-8 (lone surrogates, which ``json.loads``
   makes of a server's ``"\ud83d"``) is written as JSON ``\uXXXX`` escapes, so reading a record
   back gives the same string. (A *pair* of surrogate code points reads back as the one character
@@ -215,6 +218,46 @@ def _finite(x: Any, low: float, high: float = math.inf) -> bool:
     return math.isfinite(x) and low <= x <= high
 
 
+def _check_grade(grade: dict[str, Any], reward: float) -> str | None:
+    """Why ``grade`` is not the grade of an episode whose reward is ``reward``, or None.
+
+    An episode without a grade (an infrastructure error) has ``{}`` and reward 0. A graded one has
+    the fields of :class:`~tau_env.grading.Grade`; its reward is the grade's, or 0 when the
+    episode was cut off (a truncated episode scores 0 whatever its grade).
+    """
+    if not grade:
+        return None if reward == 0 else f"reward {reward} without a grade"
+    r = grade.get("reward")
+    if type(r) not in (int, float) or not _finite(r, 0.0, 1.0):
+        return f"grade reward {_short(r, 30)} is not a number in [0, 1]"
+    if type(grade.get("db_match")) is not bool:
+        return f"grade db_match {_short(grade.get('db_match', _MISSING), 30)} is not true or false"
+    tables = grade.get("differing_tables", _MISSING)
+    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+        return f"grade differing_tables {_short(tables, 30)} is not a list of names"
+    if not isinstance(grade.get("diff"), dict):
+        return f"grade diff {_short(grade.get('diff', _MISSING), 30)} is not an object"
+    if reward not in (0, r):
+        return f"reward {reward} is neither 0 nor the grade's reward {r}"
+    return None
+
+
+def _check_event(ev: Any) -> str | None:
+    """Why ``ev`` is not a trajectory event (step, seat, message, tool results), or None."""
+    if not isinstance(ev, dict):
+        return f"is {_short(ev, 30)}, not an object"
+    if type(ev.get("step")) is not int or ev["step"] < 1:
+        return f"step {_short(ev.get('step', _MISSING), 30)} is not an int >= 1"
+    if ev.get("seat") not in ("agent", "user"):
+        return f'seat {_short(ev.get("seat", _MISSING), 30)} is not "agent" or "user"'
+    if not isinstance(ev.get("message"), dict):
+        return f"message {_short(ev.get('message', _MISSING), 30)} is not an object"
+    results = ev.get("tool_results", [])
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        return f"tool_results {_short(results, 30)} is not a list of objects"
+    return None
+
+
 def check_record(obj: Any) -> str | None:
     """Why ``obj`` (decoded JSON) is not an episode record, or None if it is one."""
     if not isinstance(obj, dict):
@@ -233,6 +276,13 @@ def check_record(obj: Any) -> str | None:
         return f"reward {obj['reward']} is not in [0, 1]"
     if not _finite(obj["duration_s"], 0.0):
         return f"duration_s {obj['duration_s']} is not a finite duration"
+    if obj["termination_reason"] is not None and not obj["termination_reason"].strip():
+        return "termination_reason is an empty string"
+    if why := _check_grade(obj["grade"], obj["reward"]):
+        return why
+    for i, ev in enumerate(obj["events"]):
+        if why := _check_event(ev):
+            return f"events[{i}] {why}"
     for seat, u in obj["usage"].items():
         if not isinstance(u, dict) or not all(
             type(u.get(k, 0)) is int and u.get(k, 0) >= 0 for k in ("prompt_tokens", "completion_tokens")
