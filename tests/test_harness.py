@@ -99,7 +99,8 @@ def test_ray_backend_gives_the_same_metrics_as_the_local_one(tmp_path):
         )
         # The same results-folder rules as the local backends: other settings are refused ...
         with pytest.raises(
-            ResultsFolderError, match=r'other settings: agent: "tau_env\.agents\.OracleAgent" in the folder, "tau_env\.agents\.NoopAgent"'
+            ResultsFolderError,
+            match=r'other settings: agent: "tau_env\.agents\.OracleAgent" in the folder, "tau_env\.agents\.Noop',
         ):
             ray_evaluate("harbor-bank-v0", NoopAgent, ScriptedUser, trials=2, seed=4, out_dir=tmp_path / "ray")
         # ... and bad or duplicated records are skipped on resume, each planned episode counted once.

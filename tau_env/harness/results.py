@@ -12,9 +12,10 @@ line, appended and synced as each finishes), ``metrics.json``, ``summary.txt`` a
   The number of trials may differ: records beyond the new plan are skipped.
 - **Trust no record.** Every line is checked (UTF-8, JSON, exactly the fields and types of
   :class:`~tau_env.harness.episode.EpisodeResult`, values in range, the grade's and each event's
-  shape, a reward that is 0 or the grade's, a (task, trial, seed) of the plan); bad, surplus and duplicated lines are skipped, counted in ``config.json``
-  (``skipped_records``) and warned about, and each planned (task, trial) counts once (the first
-  valid record; one that ended in an infrastructure error is run again).
+  shape, a reward that is 0 or the grade's, a (task, trial, seed) of the plan); bad, surplus and
+  duplicated lines are skipped, counted in ``config.json`` (``skipped_records``) and warned about,
+  and each planned (task, trial) counts once (the first valid record; one that ended in an
+  infrastructure error is run again).
 - **Its own files only.** Each file it reads, writes or truncates is opened without following a
   symbolic link and must be a regular file; a link, FIFO, device or folder in the place of one is
   refused (``ResultsFolderError``) before anything is written. The folder itself may be a link.
