@@ -248,6 +248,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options = retrieval_options_of(args)
     if options:
         make_kwargs["retrieval_options"] = options
+    for flag in ("prompt_style", "user_guidelines_dir", "document_order"):  # loader options (tau3-banking)
+        if getattr(args, flag) is not None:
+            make_kwargs[flag] = str(getattr(args, flag))
     agent = _llm(args, "agent") or _agent(args.agent)
     user = _llm(args, "user") or _user(args.user)
     common = dict(
@@ -399,7 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument(
             f"--{seat}-temperature", type=_float(lo=0.0), default=0.0, help="sampling temperature (default 0)"
         )
-    s.add_argument("--max-tokens", type=_int(1), default=1024, help="per-turn token cap of model replies")
+    s.add_argument(
+        "--max-tokens",
+        type=_int(1),
+        help="per-turn token cap of model replies (default: none sent, the server's own limit, as the benchmark)",
+    )
     s.add_argument("--timeout", type=_float(positive=True), default=120.0, help="seconds per model request")
     s.add_argument("--retries", type=_int(0), default=3, help="retries of a failed model request")
     s.add_argument(
@@ -433,6 +440,21 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument(
             f"--{seat}-api-key-env", type=_name, help=f"environment variable holding the {seat} endpoint's key"
         )
+    s.add_argument(
+        "--prompt-style",
+        choices=("benchmark", "tau_env"),
+        help="tau3-banking: the benchmark's agent and user prompts (its default) or tau_env's",
+    )
+    s.add_argument(
+        "--user-guidelines-dir",
+        type=_path,
+        help="tau3-banking: your copy of tau2-bench's data/tau2/user_simulator (default: found beside --data-dir)",
+    )
+    s.add_argument(
+        "--document-order",
+        type=_path,
+        help="tau3-banking: a JSON list of document ids (e.g. kb_document_load_order.json): the order ties break in",
+    )
     s.add_argument("--out", type=_path, help="results folder (default: runs/<domain>-<agent>-<time>)")
     s.add_argument("--data-dir", **data_dir)
     s.add_argument("--quiet", action="store_true", help="no progress bar")

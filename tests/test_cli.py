@@ -518,3 +518,23 @@ def test_show_and_export_sft_report_an_unreadable_file_in_one_line(capsys, tmp_p
     argv = [command[0], "/proc/self/mem", *[str(tmp_path / "o") if a == "OUT" else a for a in command[1:]]]
     _fails(capsys, argv, r"Cannot read trajectories at /proc/self/mem: Input/output error\.$")
     _fails(capsys, [command[0], "x" * 5000, *argv[2:]], r"(Cannot read trajectories at )?x+: File name too long\.?$")
+
+
+def test_prompt_flags_reach_the_tau3_loader_and_are_refused_elsewhere(tmp_path, capsys, monkeypatch):
+    """--prompt-style/--user-guidelines-dir/--document-order are tau3-banking loader options: passed to make
+    there, a one-line error for a domain that has none."""
+    seen = {}
+
+    def fake_evaluate(env, agent, user, **kw):
+        seen.update(kw)
+        raise KeyboardInterrupt  # stop before any work; exit 130
+
+    monkeypatch.setattr("tau_env.harness.evaluate", fake_evaluate)
+    order = tmp_path / "order.json"
+    order.write_text("[]")
+    argv = ["eval", "tau3-banking", "--prompt-style", "tau_env", "--document-order", str(order), "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 130
+    assert seen["prompt_style"] == "tau_env" and seen["document_order"] == str(order)
+    capsys.readouterr()
+    monkeypatch.undo()
+    _fails(capsys, ["eval", "--prompt-style", "tau_env", "--out", str(tmp_path / "b")], r"prompt_style")
