@@ -220,17 +220,6 @@ def api_key(env_var: str | None, what: str) -> str | None:
     return key
 
 
-def _detail(body: bytes) -> str:
-    """What an error reply says: its ``error.message`` when it is OpenAI-style JSON, else its start."""
-    try:
-        message = json.loads(body)["error"]["message"]
-        if isinstance(message, str):
-            return message[:500]
-    except (ValueError, TypeError, KeyError, IndexError):
-        pass
-    return repr(body[:200])
-
-
 def post_json(
     url: str,
     body: dict[str, Any],
@@ -261,7 +250,9 @@ def post_json(
             with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=timeout) as reply:
                 raw = reply.read(MAX_REPLY_BYTES + 1)
         except urllib.error.HTTPError as e:
-            detail = f"HTTP {e.code}: {_detail(e.read(64 * 1024))}"
+            from tau_env.llm.client import error_detail
+
+            detail = f"HTTP {e.code}: {error_detail(e.read(64 * 1024))}"
             if e.code == 429 or e.code >= 500:
                 last = detail
                 continue

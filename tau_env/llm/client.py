@@ -268,9 +268,10 @@ class ChatClient:
         except http.ReplyTooLarge as e:
             raise InfrastructureError(f"{self.model} at {self.base_url}: {e}") from e
         if reply.status == 429 or reply.status >= 500:
-            raise ServerError(f"HTTP {reply.status}: {_detail(reply.body)}")
+            raise ServerError(f"HTTP {reply.status}: {error_detail(reply.body)}")
         if not 200 <= reply.status < 300:
-            raise InfrastructureError(f"{self.model} at {self.base_url}: HTTP {reply.status}: {_detail(reply.body)}")
+            detail = error_detail(reply.body)
+            raise InfrastructureError(f"{self.model} at {self.base_url}: HTTP {reply.status}: {detail}")
         try:
             resp = json.loads(reply.body)
         except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested too deeply to decode
@@ -326,7 +327,7 @@ class ServerError(Exception):
 _HTTP_RETRYABLE = (http.ServerConnectionError, http.ServerTimeout, ServerError)
 
 
-def _detail(body: bytes) -> str:
+def error_detail(body: bytes) -> str:
     """What an error reply says: its ``error.message`` when it is OpenAI-style JSON, else its start."""
     try:
         message = json.loads(body)["error"]["message"]
