@@ -88,8 +88,9 @@ class SupportsUsage(Protocol):
 @runtime_checkable
 class SupportsDescribe(Protocol):
     """A policy that describes its configuration for a run's ``config.json`` (which identifies the
-    run, so resuming with another description is refused). Without ``describe`` the policy's class
-    or function name is recorded.
+    run, so resuming with another description is refused). Without ``describe`` the policy's
+    module-qualified class or function name is recorded (and a factory's bound arguments):
+    constructor settings are seen only through ``describe()``.
     """
 
     def describe(self) -> Any:
