@@ -11,8 +11,11 @@ domain loaders, so every data file's problem reads the same way.
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterable, Sequence
+import stat
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -25,14 +28,44 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 # --- reading data files --------------------------------------------------------------------
-def read_text_file(path: Path, error: type[Error] = DomainError) -> str:
-    """A UTF-8 text file's content; raises ``error`` naming the file if it is missing, unreadable or not UTF-8."""
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def read_file_bytes(path: Path, error: type[Error] = DomainError) -> bytes:
+    """A regular file's bytes; raises ``error`` naming the file if it is missing, unreadable or not a
+    regular file. A named pipe, device or socket is refused before it is opened (reading one could
+    block forever or never end); a symbolic link to a regular file is read.
+    """
     try:
-        data = path.read_bytes()
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            # O_NONBLOCK: were it swapped for a FIFO since the stat, the open still returns at once.
+            with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode
+                data = f.read() if stat.S_ISREG(mode) else None
     except FileNotFoundError as e:
         raise error(f"{path}: no such file.") from e
-    except OSError as e:
-        raise error(f"{path}: cannot be read ({e.strerror or e}).") from e
+    except (OSError, ValueError) as e:  # ValueError: a NUL character in the path
+        raise error(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e}).") from e
+    if not stat.S_ISREG(mode):
+        raise error(
+            f"{path}: expected a regular file, found {_KINDS.get(stat.S_IFMT(mode), 'something else')}; "
+            "replace it with a file (or remove it)."
+        )
+    return data  # type: ignore[return-value]
+
+
+def read_text_file(path: Path, error: type[Error] = DomainError) -> str:
+    """A UTF-8 text file's content; raises ``error`` naming the file if it is missing, unreadable,
+    not a regular file (see :func:`read_file_bytes`) or not UTF-8.
+    """
+    data = read_file_bytes(path, error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -40,18 +73,77 @@ def read_text_file(path: Path, error: type[Error] = DomainError) -> str:
         raise error(f"{path}: not valid UTF-8 at byte {e.start} (line {line}: {e.reason}); save it as UTF-8.") from e
 
 
+#: A ``\uD800``-``\uDFFF`` escape in JSON text: only then can a parsed string hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _LongInt:
+    """Stands in for an integer too long for ``int()`` while :func:`_long_int_path` looks for it."""
+
+
+def _find(value: Any, hit: Callable[[Any], bool]) -> tuple[list[str | int], Any, bool] | None:
+    """The first key or value (depth first) for which ``hit`` is true: its JSON path (for a key, the
+    path of its object), it, and whether it is a key.
+    """
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, dict):
+            for k in v:
+                if hit(k):
+                    return path, k, True
+            stack.extend((item, [*path, k]) for k, item in reversed(v.items()))
+        elif isinstance(v, list):
+            stack.extend((item, [*path, i]) for i, item in reversed(list(enumerate(v))))
+        elif hit(v):
+            return path, v, False
+    return None
+
+
 def parse_json(text: str, where: str, error: type[Error] = DomainError) -> Any:
-    """Parse JSON text; raises ``error`` saying where (``where``: the file, maybe with a line) and why."""
+    r"""Parse JSON text; raises ``error`` saying where (``where``: the file, maybe with a line), at what
+    JSON path if it can, and why: invalid syntax, nesting too deep for Python, an integer over
+    Python's digit limit, or a ``\uD83D`` escape that is not half of a surrogate pair (such a string
+    could never be written out as UTF-8, nor stored).
+    """
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as e:
         raise error(f"{where}: not readable JSON ({e.msg} at line {e.lineno} column {e.colno}).") from e
     except RecursionError as e:
         raise error(f"{where}: not readable JSON (nested too deeply).") from e
+    except ValueError as e:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise error(_long_int_message(text, where)) from e
+    if _SURROGATE_ESCAPE.search(text):
+        found = _find(value, lambda v: isinstance(v, str) and _SURROGATE.search(v) is not None)
+        if found:
+            path, s, is_key = found
+            char = ord(_SURROGATE.search(s).group())  # type: ignore[union-attr]
+            raise error(
+                f"{where}: {json_path(path)}: {'a key' if is_key else 'a string'} holds a lone surrogate "
+                f"(\\u{char:04x}), an escape that is not half of a UTF-16 pair, which no UTF-8 text can hold; "
+                "fix or remove the escape."
+            )
+    return value
+
+
+def _long_int_message(text: str, where: str) -> str:
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+    first = f"{where}: not readable JSON (an integer over {limit} digits, Python's limit)"
+    try:  # parse again, the long integers kept aside, to say where the first one is
+        value = json.loads(text, parse_int=lambda s: _LongInt() if len(s.lstrip("-")) > limit else int(s))
+        found = _find(value, lambda v: isinstance(v, _LongInt))
+    except (ValueError, RecursionError):  # pragma: no cover - the first parse got this far
+        found = None
+    at = f" at {json_path(found[0])}" if found else ""
+    return f"{first}{at}; write it as a string if it is an id."
 
 
 def read_json_file(path: Path, error: type[Error] = DomainError) -> Any:
-    """A UTF-8 JSON file's content; raises ``error`` naming the file for any problem reading or parsing it."""
+    """A UTF-8 JSON file's content; raises ``error`` naming the file for any problem reading or
+    parsing it (see :func:`read_text_file` and :func:`parse_json`).
+    """
     return parse_json(read_text_file(path, error), str(path), error)
 
 
@@ -175,7 +267,7 @@ def load_tasks(path: str | Path) -> list[Task]:
     the wrong type, duplicate ids.
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():  # anything else that is not a regular file is refused by read_text_file
         raise TaskFileError(f"Expected a task file (.json or .jsonl) at {p}, found none.")
     text = read_text_file(p, TaskFileError)
     if p.suffix == ".jsonl":

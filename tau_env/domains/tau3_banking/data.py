@@ -66,7 +66,8 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
         "tasks/": root / "tasks",
         "prompts/": root / "prompts",
     }
-    missing = [name for name, p in expected.items() if not (p.is_file() if name == "db.json" else p.is_dir())]
+    # db.json need only exist: the reader refuses anything that is not a regular file, naming it
+    missing = [name for name, p in expected.items() if not (p.exists() if name == "db.json" else p.is_dir())]
     if missing:
         raise DomainError(
             f"{root} is not a tau3-banking data folder: expected db.json, documents/, tasks/ and prompts/ in it; "

@@ -1,0 +1,197 @@
+"""Hostile data folders: special files, JSON that Python cannot hold, schema.sql reaching outside.
+
+Each case must raise a DomainError (TaskFileError for task files) naming the file, never hang, never
+leak a raw builtin exception and never touch anything outside the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tau_env import load_tasks
+from tau_env.error import DomainError, TaskFileError
+from tau_env.tasks import parse_json, read_json_file, read_text_file
+from tests.test_data_folders import (
+    harbor_dir,  # noqa: F401  (fixtures)
+    harbor_pristine,  # noqa: F401
+    load_harbor,
+    load_tau3,
+    needs_tau3,
+    tau3_dir,  # noqa: F401
+    tau3_pristine,  # noqa: F401
+)
+
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """Without the fix a named pipe blocks the open forever: fail the test instead of the suite."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def hung(*_):
+        raise TimeoutError("hung: a special file was opened")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+LIMIT = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+
+
+# --- 7b: a named pipe (or any non-regular file) is refused, never opened ----------------------------
+def _special(path: Path, kind: str) -> None:
+    if path.exists():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+@needs_fifo
+@pytest.mark.parametrize(
+    "rel,error",
+    [
+        ("documents/zz.md", DomainError),
+        ("documents/zz.json", DomainError),
+        ("domain.json", DomainError),
+        ("schema.sql", DomainError),
+        ("seed.json", DomainError),
+        ("policy.md", DomainError),
+        ("user_guidelines.md", DomainError),
+        ("tasks.json", TaskFileError),
+    ],
+)
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_domain_folder_refuses_special_files(harbor_dir, rel, error, kind):  # noqa: F811
+    _special(harbor_dir / rel, kind)
+    found = "a named pipe \\(FIFO\\)" if kind == "fifo" else "a folder"
+    with pytest.raises(error, match=f"^{re.escape(str(harbor_dir / rel))}: expected a regular file, found {found};"):
+        load_harbor(harbor_dir)
+
+
+@needs_tau3
+@needs_fifo
+@pytest.mark.parametrize(
+    "rel,error",
+    [
+        ("documents/zz.json", DomainError),
+        ("tasks/task_999.json", TaskFileError),
+        ("db.json", DomainError),
+        ("prompts/zz.md", DomainError),
+    ],
+)
+def test_tau3_folder_refuses_named_pipes(tau3_dir, rel, error):  # noqa: F811
+    _special(tau3_dir / rel, "fifo")
+    with pytest.raises(error, match=f"^{re.escape(str(tau3_dir / rel))}: expected a regular file, found a named pipe"):
+        load_tau3(tau3_dir)
+
+
+def test_readers_refuse_sockets_and_devices(tmp_path):
+    sock_path = tmp_path / "s.json"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock_path))
+        with pytest.raises(DomainError, match=r"s\.json: expected a regular file, found a socket;"):
+            read_json_file(sock_path)
+    if Path("/dev/zero").exists():  # endless: reading it would never finish
+        with pytest.raises(TaskFileError, match=r"^/dev/zero: expected a regular file, found a character device;"):
+            read_text_file(Path("/dev/zero"), TaskFileError)
+
+
+def test_a_symlink_to_a_regular_file_is_read(tmp_path):
+    (tmp_path / "real.json").write_text('{"a": 1}', encoding="utf-8")
+    (tmp_path / "link.json").symlink_to(tmp_path / "real.json")
+    assert read_json_file(tmp_path / "link.json") == {"a": 1}
+
+
+@needs_fifo
+def test_load_tasks_refuses_a_named_pipe(tmp_path):
+    os.mkfifo(tmp_path / "tasks.jsonl")
+    with pytest.raises(TaskFileError, match=r"tasks\.jsonl: expected a regular file, found a named pipe"):
+        load_tasks(tmp_path / "tasks.jsonl")
+
+
+# --- 10: JSON that parses but Python cannot hold ------------------------------------------------------
+def test_long_integer_names_the_file_and_path(tmp_path):
+    p = tmp_path / "seed.json"
+    p.write_text('{"accounts": [{"id": 1}, {"id": ' + "9" * (LIMIT + 1) + "}]}", encoding="utf-8")
+    where = rf"^{re.escape(str(p))}: not readable JSON \(an integer over {LIMIT} digits"
+    with pytest.raises(DomainError, match=where + r".*\) at accounts\[1\]\.id;"):
+        read_json_file(p)
+    assert parse_json("-" + "9" * LIMIT, "x") == -int("9" * LIMIT)  # at the limit: fine
+
+
+@pytest.mark.parametrize(
+    "text,path,what",
+    [
+        ('{"a": "x\\ud83d"}', "a", "a string"),
+        ('{"a": [1, {"b c": "\\uDFFFy"}]}', r'a\[1\]\["b c"\]', "a string"),
+        ('{"a": {"k\\udc00": 1}}', "a", "a key"),
+        ('["\\ude00\\ud83d"]', r"\[0\]", "a string"),  # the halves in the wrong order
+        ('"\\ud800"', r"\(top level\)", "a string"),
+    ],
+)
+def test_lone_surrogate_names_the_file_and_path(text, path, what):
+    with pytest.raises(DomainError, match=rf"^f\.json: {path}: {what} holds a lone surrogate \(\\u[0-9a-f]{{4}}\)"):
+        parse_json(text, "f.json")
+
+
+def test_surrogate_pairs_and_raw_characters_are_fine():
+    assert parse_json('["\\ud83d\\ude00", "\\uD83D\\uDE00", "😀", "\\\\ud83d"]', "f") == ["😀", "😀", "😀", "\\ud83d"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.text() | st.integers(), lambda c: st.lists(c) | st.dictionaries(st.text(), c), max_leaves=8))
+def test_parse_json_takes_what_utf8_can_hold_and_refuses_the_rest(value):
+    text = json.dumps(value)  # ensure_ascii: every lone surrogate becomes an escape
+    try:
+        text.encode("utf-8") and json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        with pytest.raises(DomainError, match=r"^f: .*: a (string|key) holds a lone surrogate"):
+            parse_json(text, "f")
+    else:
+        assert parse_json(text, "f") == value
+
+
+@needs_tau3
+@pytest.mark.parametrize(
+    "replacement,match",
+    [
+        ('"\\ud83d"', r"users\.data\[\"\d+\"\]\.name: a string holds a lone surrogate \(\\ud83d\)"),
+        ("9" * 5000, rf"not readable JSON \(an integer over {LIMIT} digits.*\) at users\.data\[\"\d+\"\]\.name;"),
+    ],
+)
+def test_tau3_db_json_python_cannot_hold(tau3_dir, replacement, match):  # noqa: F811
+    from tau_env import make, registry
+
+    db = tau3_dir / "db.json"
+    db.write_text(db.read_text(encoding="utf-8").replace('"Mia Smith"', replacement, 1), encoding="utf-8")
+    registry.clear_cache()
+    with pytest.raises(DomainError, match=rf"^make\('tau3-banking', data_dir=.*\): {re.escape(str(db))}: {match}"):
+        make("tau3-banking", data_dir=str(tau3_dir))
+
+
+@needs_tau3
+def test_tau3_task_file_with_a_lone_surrogate(tau3_dir):  # noqa: F811
+    p = tau3_dir / "tasks" / "task_001.json"
+    raw = json.loads(p.read_text(encoding="utf-8"))
+    raw["description"] = {"notes": "\ud83d"}
+    p.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(TaskFileError, match=rf"^{re.escape(str(p))}: description\.notes: a string holds a lone"):
+        load_tau3(tau3_dir)
