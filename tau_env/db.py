@@ -16,12 +16,14 @@ floats: two states have equal digests iff their rows are equal value by value an
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tau_env.error import DomainError, did_you_mean
+from tau_env.messages import clip
 
 DIGEST_TABLE = "_tau_digest"
 _MOD = 1 << 128
@@ -62,11 +64,9 @@ class Schema:
 
     @classmethod
     def from_ddl(cls, ddl: str) -> Schema:
-        conn = sqlite3.connect(":memory:")
-        try:
-            conn.executescript(ddl)
-        except sqlite3.Error as e:
-            raise DomainError(f"The domain schema is not valid SQL: {e}") from e
+        """The tables ``ddl`` creates; raises DomainError naming the statement (see :func:`run_ddl`)."""
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        run_ddl(conn, ddl)
         tables = {}
         names = [
             r[0]
@@ -91,6 +91,95 @@ class Schema:
             raise DomainError(
                 f"Unknown table {name!r}; the schema has {sorted(self.tables)}.{did_you_mean(name, self.tables)}"
             ) from None
+
+
+#: What schema DDL may do (``sqlite3`` authorizer action codes): create, alter and drop tables,
+#: indexes, views and triggers, and read and write rows, all in the main database; never ATTACH
+#: (nor ``VACUUM INTO``, which attaches), DETACH, temporary or virtual tables, transactions, or a
+#: PRAGMA outside ``DDL_PRAGMAS``. So a domain folder's schema.sql cannot write outside the folder.
+_DDL_ACTIONS = {
+    getattr(sqlite3, name)
+    for name in (
+        "SQLITE_CREATE_INDEX SQLITE_CREATE_TABLE SQLITE_CREATE_TRIGGER SQLITE_CREATE_VIEW SQLITE_DELETE "
+        "SQLITE_DROP_INDEX SQLITE_DROP_TABLE SQLITE_DROP_TRIGGER SQLITE_DROP_VIEW SQLITE_INSERT SQLITE_READ "
+        "SQLITE_SELECT SQLITE_UPDATE SQLITE_ALTER_TABLE SQLITE_REINDEX SQLITE_ANALYZE SQLITE_FUNCTION "
+        "SQLITE_RECURSIVE"
+    ).split()
+}
+#: The PRAGMAs schema DDL may run: read-only introspection.
+DDL_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list"})
+#: SQLite virtual-machine steps schema DDL may take (a recursive INSERT would otherwise run forever).
+DDL_MAX_STEPS = 10_000_000
+_ACTION_NAMES = {v: k.removeprefix("SQLITE_") for k, v in vars(sqlite3).items() if k.startswith("SQLITE_")}
+
+
+def ddl_statements(ddl: str) -> list[tuple[int, str]]:
+    """``ddl`` split into statements (a trigger's body stays whole), each with its first line's number."""
+    out, buf, line = [], "", 1
+    for part in re.split(r"(?<=;)", ddl):
+        buf += part
+        if sqlite3.complete_statement(buf):
+            stripped = buf.lstrip()
+            out.append((line + buf[: len(buf) - len(stripped)].count("\n"), stripped))
+            line += buf.count("\n")
+            buf = ""
+    if buf.strip():
+        stripped = buf.lstrip()
+        out.append((line + buf[: len(buf) - len(stripped)].count("\n"), stripped))
+    return out
+
+
+def run_ddl(conn: sqlite3.Connection, ddl: str) -> None:
+    """Run schema DDL statement by statement under an authorizer (``_DDL_ACTIONS``, ``DDL_PRAGMAS``)
+    and a step budget (``DDL_MAX_STEPS``). Any problem raises DomainError naming the statement's
+    line and text and what went wrong: invalid SQL, or an action schema DDL may not take.
+    """
+    if "\x00" in ddl:
+        line = ddl.count("\n", 0, ddl.index("\x00")) + 1
+        raise DomainError(f"line {line}: a NUL character; a schema is SQL text.")
+    denied: list[str] = []
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, _source: str | None) -> int:
+        if db not in (None, "main"):
+            why = f"{_ACTION_NAMES.get(action, action)} in database {db!r} (only main is allowed)"
+        elif action == sqlite3.SQLITE_PRAGMA and arg1 in DDL_PRAGMAS:
+            return sqlite3.SQLITE_OK
+        elif action in _DDL_ACTIONS:
+            return sqlite3.SQLITE_OK
+        elif action == sqlite3.SQLITE_PRAGMA:
+            why = f"PRAGMA {arg1} (only {sorted(DDL_PRAGMAS)})"
+        else:
+            why = " ".join(str(a) for a in (_ACTION_NAMES.get(action, action), arg1) if a)
+        denied.append(why)
+        return sqlite3.SQLITE_DENY
+
+    steps = [0]
+
+    def budget() -> int:
+        steps[0] += 1
+        return steps[0] * 1_000 > DDL_MAX_STEPS
+
+    conn.set_authorizer(authorize)
+    conn.set_progress_handler(budget, 1_000)
+    try:
+        for line, stmt in ddl_statements(ddl):
+            denied.clear()
+            try:
+                conn.execute(stmt)
+            except sqlite3.Error as e:
+                if denied:
+                    problem = (
+                        f"not allowed in a schema: {denied[0]}; "
+                        "a schema may only create tables, indexes, views and triggers"
+                    )
+                elif steps[0] * 1_000 > DDL_MAX_STEPS:
+                    problem = f"stopped after {DDL_MAX_STEPS:,} SQLite steps (a schema should only create tables)"
+                else:
+                    problem = f"not valid SQL ({e})"
+                raise DomainError(f"line {line}: {clip(' '.join(stmt.split()), 120)!r}: {problem}.") from e
+    finally:
+        conn.set_authorizer(None)
+        conn.set_progress_handler(None, 0)
 
 
 def row_hash(*values: Any) -> int:
@@ -181,7 +270,7 @@ def build_image(
 ) -> bytes:
     """Build the serialized initial state: schema, seed rows, each patch in order, then ``init``."""
     conn = _connect()
-    conn.executescript(schema.ddl)
+    run_ddl(conn, schema.ddl)
     apply_patch(conn, schema, seed)
     for p in patches:
         if p:

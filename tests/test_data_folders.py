@@ -466,7 +466,7 @@ def test_domain_folder_invalid_utf8_names_the_file(harbor_dir, file):
 def test_domain_folder_truncated_and_broken_files(harbor_dir):
     schema = harbor_dir / "schema.sql"
     schema.write_text(schema.read_text()[:-30])
-    with pytest.raises(DomainError, match=r"schema\.sql: The domain schema is not valid SQL"):
+    with pytest.raises(DomainError, match=r"schema\.sql: line \d+: .*: not valid SQL \(incomplete input\)\.$"):
         load_harbor(harbor_dir)
     schema.write_text("-- nothing\n")
     with pytest.raises(DomainError, match=r"schema\.sql: defines no tables\.$"):

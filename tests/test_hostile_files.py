@@ -195,3 +195,50 @@ def test_tau3_task_file_with_a_lone_surrogate(tau3_dir):  # noqa: F811
     p.write_text(json.dumps(raw), encoding="utf-8")
     with pytest.raises(TaskFileError, match=rf"^{re.escape(str(p))}: description\.notes: a string holds a lone"):
         load_tau3(tau3_dir)
+
+
+# --- 11: schema.sql can only build tables in the database it is given -------------------------------
+@pytest.mark.parametrize(
+    "sql,match",
+    [
+        (
+            "ATTACH DATABASE '{out}' AS p; CREATE TABLE p.x(a);",
+            r"line 1: \"ATTACH DATABASE .*\": not allowed in a schema: ATTACH ",
+        ),
+        ("CREATE TABLE z(a);\nVACUUM INTO '{out}';", r"line 2: \"VACUUM INTO .*\": not allowed in a schema: ATTACH "),
+        ("DETACH main;", r"line 1: 'DETACH main;': not allowed in a schema: DETACH main;"),
+        ("PRAGMA writable_schema = ON;", r"line 1: .*: not allowed in a schema: PRAGMA writable_schema "),
+        ("CREATE TEMP TABLE z(a);", r"line 1: .*: not allowed in a schema: .* in database 'temp'"),
+        ("BEGIN;", r"line 1: 'BEGIN;': not allowed in a schema: TRANSACTION BEGIN;"),
+        (
+            "CREATE TABLE z(a);\nCREATE TABLE z(b);",
+            r"line 2: 'CREATE TABLE z\(b\);': not valid SQL \(table z already exists\)\.$",
+        ),
+        (
+            "CREATE TABLE z(a);\nWITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c)"
+            " INSERT INTO z SELECT n FROM c;",
+            r"line 2: .*: stopped after [\d,]+ SQLite steps",
+        ),
+        ("CREATE TABLE z(a);\n\x00", r"line 2: a NUL character"),
+    ],
+)
+def test_schema_sql_cannot_reach_outside_the_folder(harbor_dir, tmp_path, sql, match):  # noqa: F811
+    out = tmp_path / "outside.db"
+    schema = harbor_dir / "schema.sql"
+    schema.write_text(sql.format(out=out) + "\n" + schema.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(DomainError, match=rf"^{re.escape(str(schema))}: {match}"):
+        load_harbor(harbor_dir)
+    assert not out.exists()
+
+
+def test_schema_sql_may_read_its_own_tables(harbor_dir):  # noqa: F811
+    schema = harbor_dir / "schema.sql"
+    schema.write_text(schema.read_text(encoding="utf-8") + "\nPRAGMA table_info(customers);\n", encoding="utf-8")
+    assert load_harbor(harbor_dir).schema.tables["customers"].primary_key == ("customer_id",)
+
+
+def test_a_schema_built_by_hand_is_held_to_the_same_rules():
+    from tau_env.db import Schema, build_image
+
+    with pytest.raises(DomainError, match=r"^line 1: .*: not allowed in a schema: ATTACH"):
+        build_image(Schema("ATTACH DATABASE ':memory:' AS p;", {}), {})
