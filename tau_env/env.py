@@ -84,7 +84,7 @@ class _ResetNeededAttribute(ResetNeeded, AttributeError):
 
 
 class _ClosedAttribute(ClosedEnvError, AttributeError):
-    """An episode attribute read on an env closed before any episode."""
+    """An episode attribute read on a closed env (``close()`` drops the episode, whatever came before)."""
 
 
 class _EpisodeAttribute:
@@ -101,7 +101,10 @@ class _EpisodeAttribute:
         if obj is None:
             return self
         if obj.__dict__.get("_closed", False):
-            raise _ClosedAttribute(f"This env was closed before any episode; env.{self.name} does not exist.")
+            raise _ClosedAttribute(
+                f"This env is closed; env.{self.name} no longer exists (close() drops the episode). "
+                "Read it before close(), or create a new env."
+            )
         raise _ResetNeededAttribute(f"Call reset() before reading env.{self.name}.")
 
 
@@ -821,11 +824,24 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
         return None
 
     def close(self) -> None:
-        """Release the episode's database; every later call but ``close`` raises ClosedEnvError."""
+        """Release the episode's database and drop the episode: every later call but ``close``, and every
+        episode attribute (``task``, ``trajectory``, ...), raises ClosedEnvError, whether or not an
+        episode ran; PettingZoo's per-seat state (``agents``, ``rewards``, ...) is empty again.
+        """
         if not self._closed:
             self._db.close()
             self._closed = True
             self._started = False
+            for name in (*_EPISODE_ATTRIBUTES, "_ctx", "_views", "_scenario", "_call_ids"):
+                self.__dict__.pop(name, None)
+            self.agents, self.rewards, self._cumulative_rewards = [], {}, {}
+            self.terminations, self.truncations = {}, {}
+
+    def state(self) -> np.ndarray:
+        """PettingZoo's global state: not defined for a chat (NotImplementedError); ClosedEnvError once closed."""
+        if self._closed:
+            self._not_live("state")
+        return super().state()
 
     def __enter__(self) -> TauEnv:
         if self._closed:
@@ -842,5 +858,14 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
 
 # Attributes that reset() sets; reading one before raises ResetNeeded. (Only these: a descriptor
 # keeps Python from specialising reads of the attribute, and the others are read on every step.)
-for _name in ("task", "trajectory", "termination_reason", "grade_result", "episode_reward", "infos", "agent_selection"):
+_EPISODE_ATTRIBUTES = (
+    "task",
+    "trajectory",
+    "termination_reason",
+    "grade_result",
+    "episode_reward",
+    "infos",
+    "agent_selection",
+)
+for _name in _EPISODE_ATTRIBUTES:
     setattr(TauEnv, _name, _EpisodeAttribute(_name))

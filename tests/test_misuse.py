@@ -95,6 +95,30 @@ def test_after_close_every_method_raises_closed(fresh, history, method):
         {**EPISODE_METHODS, **OTHER_METHODS}[method](fresh)
 
 
+@pytest.mark.parametrize("history", ["never_reset", "mid_episode", "finished"])
+@pytest.mark.parametrize(
+    "attr", ["task", "trajectory", "termination_reason", "grade_result", "episode_reward", "infos", "agent_selection"]
+)
+def test_after_close_episode_attributes_raise_closed_whatever_the_history(fresh, history, attr):
+    if history != "never_reset":
+        fresh.reset(options={"task_id": "restock"})
+        fresh.step(say("hi"))
+        if history == "finished":
+            fresh.end_episode("loop")
+    fresh.close()
+    with pytest.raises(ClosedEnvError, match=rf"^This env is closed; env\.{attr} no longer exists \(close\(\) drops"):
+        getattr(fresh, attr)
+    assert not hasattr(fresh, attr)
+    assert fresh.agents == [] and fresh.rewards == {} and fresh.terminations == {}  # as before any reset
+    with pytest.raises(ClosedEnvError, match=r"^This env is closed; state\(\) cannot run\."):
+        fresh.state()
+
+
+def test_state_is_not_implemented_while_open(fresh):
+    with pytest.raises(NotImplementedError):
+        fresh.state()
+
+
 def test_with_block_closes(domain):
     with TauEnv(domain) as env:
         env.reset()
