@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -74,6 +75,11 @@ class TerminationReason(StrEnum):
     #: The harness gave up on the episode: the model server kept failing (not scored).
     INFRASTRUCTURE_ERROR = "infrastructure_error"
 
+
+#: The most tool calls one message runs. The calls past it are not run: each gets the error
+#: ``Too many tool calls in one message (N; at most 32). ...`` as its result; the step is counted
+#: and recorded as usual. It bounds the time one ``step`` takes (each call has its own budget).
+MAX_TOOL_CALLS = 32
 
 #: How an end marker in the user's text ends the episode.
 _MARKER_ENDINGS = {TRANSFER: TerminationReason.TRANSFER, OUT_OF_SCOPE: TerminationReason.OUT_OF_SCOPE}
@@ -518,6 +524,12 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
         msg = normalize_action(action)  # raises (changing nothing) only for what is not a message
         step = self._steps + 1
         calls = parse_tool_calls(msg, f"call_{step}", self._call_ids)
+        if len(calls) > MAX_TOOL_CALLS:
+            too_many = (
+                f"Too many tool calls in one message ({len(calls)}; at most {MAX_TOOL_CALLS}). "
+                "Send fewer calls per message."
+            )
+            calls[MAX_TOOL_CALLS:] = [dataclasses.replace(c, error=too_many) for c in calls[MAX_TOOL_CALLS:]]
         event: dict[str, Any] = {"step": step, "seat": seat, "message": msg}
         ended: TerminationReason | None = None
         if calls:

@@ -226,3 +226,29 @@ def test_untouched_tables_reuse_the_tasks_diff_and_callers_cannot_change_it():
         fresh = diff_rows(env.domain.schema.tables[table], start.rows(table), target.rows[table])
         assert fresh and fresh == grades[1]["diff"][table]
     start.close()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_tool_calls_past_the_cap_are_not_run(domain, monkeypatch, strict):
+    from tau_env.env import MAX_TOOL_CALLS
+    from tau_env.messages import assistant_message, tool_call
+
+    env = TauEnv(domain, strict_tools=strict)
+    env.reset(options={"task_id": "restock"})
+    env.step(say("hi"))
+    ran = []
+    real = env.toolbox.call
+    monkeypatch.setattr(env.toolbox, "call", lambda *a, **k: ran.append(a) or real(*a, **k))
+    n = MAX_TOOL_CALLS + 3
+    env.step(assistant_message(None, [tool_call("get_item", {"item_id": "widget"}) for _ in range(n)]))
+    assert len(ran) == MAX_TOOL_CALLS  # the calls past the cap never reach a tool
+    results = env.trajectory[-1]["tool_results"]
+    assert len(results) == n and env.num_steps == 2 == len(env.trajectory)  # counted and recorded
+    assert [r["content"] for r in results[:MAX_TOOL_CALLS]] == ["widget: 3"] * MAX_TOOL_CALLS
+    too_many = (
+        f"Error: Too many tool calls in one message ({n}; at most {MAX_TOOL_CALLS}). Send fewer calls per message."
+    )
+    assert all(r["content"] == too_many and r["error"] for r in results[MAX_TOOL_CALLS:])
+    tool_msgs = [m for m in env.observe("agent")["messages"] if m["role"] == "tool"]
+    assert len(tool_msgs) == n and tool_msgs[-1]["content"] == too_many  # every call is answered
+    env.close()
