@@ -537,4 +537,6 @@ def test_prompt_flags_reach_the_tau3_loader_and_are_refused_elsewhere(tmp_path, 
     assert seen["prompt_style"] == "tau_env" and seen["document_order"] == str(order)
     capsys.readouterr()
     monkeypatch.undo()
-    _fails(capsys, ["eval", "--prompt-style", "tau_env", "--out", str(tmp_path / "b")], r".*unknown keyword 'prompt_style'")
+    _fails(
+        capsys, ["eval", "--prompt-style", "tau_env", "--out", str(tmp_path / "b")], r".*unknown keyword 'prompt_style'"
+    )
