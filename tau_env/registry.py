@@ -15,6 +15,7 @@ import importlib
 import inspect
 import re
 import reprlib
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -231,9 +232,11 @@ class Registry:
 
     def clear_cache(self) -> None:
         """Forget the domains the shipped loaders cached: the next ``make`` builds fresh ones
-        (reading their files again).
+        (reading their files again), and the shared embedding model.
         """
         domain_cache.clear()
+        if "tau_env.knowledge.embed" in sys.modules:  # never import torch just to clear
+            sys.modules["tau_env.knowledge.embed"].clear_default_encoder()
 
     @contextmanager
     def scoped(self) -> Iterator[Registry]:

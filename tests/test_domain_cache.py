@@ -155,3 +155,12 @@ def test_tau3_cache_does_not_see_changed_files_until_cleared(fresh, tmp_path):
     registry.clear_cache()
     b = tau3_banking.load(root)
     assert b is not a and [t.id for t in b.tasks] == ["task_001"]
+
+
+def test_clear_cache_forgets_the_shared_embedding_model():
+    from tau_env.knowledge import embed
+
+    embed._DEFAULT = sentinel = object()
+    assert embed.default_encoder() is sentinel
+    tau_env.registry.clear_cache()
+    assert embed._DEFAULT is None

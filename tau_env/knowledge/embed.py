@@ -103,10 +103,21 @@ _DEFAULT: MiniLMEncoder | None = None
 
 
 def default_encoder() -> MiniLMEncoder:
+    """The offline MiniLM encoder, loaded once per process and shared (a model, not episode state);
+    :func:`clear_default_encoder` forgets it.
+    """
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = MiniLMEncoder()
     return _DEFAULT
+
+
+def clear_default_encoder() -> None:
+    """Forget the shared encoder (the next :func:`default_encoder` loads it again); ``registry.clear_cache()``
+    calls it too.
+    """
+    global _DEFAULT
+    _DEFAULT = None
 
 
 class EmbeddingCache:
