@@ -30,6 +30,7 @@ from tau_env.error import (
     UnknownTaskError,
 )
 from tau_env.grading import Grade
+from tau_env.knowledge.tools import require_extras
 from tau_env.messages import (
     OUT_OF_SCOPE,
     TRANSFER,
@@ -299,6 +300,7 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
         try:
             self.toolbox = domain.toolbox(self.retrieval)
             self.system_prompt = domain.system_prompt(self.retrieval)
+            require_extras(self.retrieval)  # e.g. dense search without the embed extra: refuse now
         except Error:
             raise
         except ValueError as e:  # a domain's own "unknown configuration" check

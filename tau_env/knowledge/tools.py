@@ -116,13 +116,18 @@ def knowledge_tools(retrieval: str) -> list[Tool]:
 
     Raises:
         InvalidOptionError: ``retrieval`` is not a configuration.
-        DependencyNotInstalled: the configuration embeds queries and the ``embed`` extra is missing.
     """
     if not (isinstance(retrieval, str) and retrieval in RETRIEVAL_CONFIGS):
         raise unknown_retrieval(retrieval, RETRIEVAL_CONFIGS)
-    names = RETRIEVAL_CONFIGS[retrieval]
-    if EMBEDDING_TOOLS.intersection(names):
+    return [_ALL[n] for n in RETRIEVAL_CONFIGS[retrieval]]
+
+
+def require_extras(retrieval: str) -> None:
+    """Raise :class:`DependencyNotInstalled` if an env of ``retrieval`` would embed queries without the
+    ``embed`` extra. Called when an env is made (not when a toolbox is built: replaying reference
+    actions for grading needs every tool's definition, not its extra).
+    """
+    if isinstance(retrieval, str) and EMBEDDING_TOOLS.intersection(RETRIEVAL_CONFIGS.get(retrieval, ())):
         from tau_env.knowledge.embed import require_embed
 
         require_embed(f"retrieval {retrieval!r}")
-    return [_ALL[n] for n in names]
