@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -133,7 +134,7 @@ def _domain_kwargs(args: argparse.Namespace, env_id: str) -> dict[str, Any]:
         raise InvalidOptionError(f"{env_id} is not loaded from a data folder; drop --data-dir.")
     if not args.data_dir.is_dir():
         raise InvalidOptionError(f"--data-dir {args.data_dir} is not a folder; pass the domain's data folder.")
-    return {"data_dir": args.data_dir}
+    return {"data_dir": str(args.data_dir)}
 
 
 def _retrieval_rows(env_id: str) -> list[tuple[str, str, str]]:
@@ -510,6 +511,18 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
             stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        # A library warning (e.g. tau3's missing user-simulator guidelines) is one escaped line, not
+        # Python's file:line dump with a source line.
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    _err(f"warning: {message}")
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.fn(args)
     except Error as e:

@@ -540,3 +540,19 @@ def test_prompt_flags_reach_the_tau3_loader_and_are_refused_elsewhere(tmp_path, 
     _fails(
         capsys, ["eval", "--prompt-style", "tau_env", "--out", str(tmp_path / "b")], r".*unknown keyword 'prompt_style'"
     )
+
+
+def test_library_warnings_are_one_escaped_line(tmp_path, capsys, monkeypatch):
+    import warnings as w
+
+    def warn_then_fail(args):
+        w.warn("careful\nnow \x1b[2J", UserWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_list", warn_then_fail)
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["list"].set_defaults(fn=warn_then_fail)
+    assert main(["list"]) == 0
+    err = capsys.readouterr().err
+    assert err == "tau-env: warning: careful now \\x1b[2J\n"
