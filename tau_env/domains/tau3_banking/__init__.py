@@ -236,8 +236,9 @@ def _load(
             warnings.warn(
                 f"tau3-banking: tau2-bench's user-simulator guidelines are not beside the data folder "
                 f"({Path(root) / bp.DEFAULT_GUIDELINES_DIR} does not exist), so the user seat gets tau_env's "
-                "simulator prompt (config.json records it). Pass user_guidelines_dir=PATH, PATH being your copy's "
-                "data/tau2/user_simulator, for the benchmark's; or prompt_style='tau_env' for tau_env's prompts.",
+                "simulator prompt (config.json records it). Pass user_guidelines_dir=PATH (--user-guidelines-dir), "
+                "PATH being your copy's data/tau2/user_simulator, for the benchmark's; or prompt_style='tau_env' "
+                "(--prompt-style tau_env) for tau_env's prompts.",
                 stacklevel=2,
             )
         domain = Tau3Domain(
