@@ -97,6 +97,17 @@ class ToolError(Exception):
     """
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A caller's value in an error message: its ``repr``, clipped to ``limit`` characters; never raises
+    (a repr that raises, or a value too deep or too long to print, shows as ``<type>``).
+    """
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean "x"?' for the closest choice, or '' if nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

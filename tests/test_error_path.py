@@ -163,3 +163,43 @@ def test_a_non_string_retrieval_on_the_domain_is_invalid_option(bad):
     for call in (domain.toolbox, domain.system_prompt):
         with pytest.raises(InvalidOptionError, match=r"retrieval"):
             call(bad)
+
+
+class _NoRepr:
+    """A value whose repr and str raise: an error message about it must not raise in turn."""
+
+    def __repr__(self):
+        raise RuntimeError("repr of a hostile value")
+
+    __str__ = __repr__
+
+
+def _chat_client(*args, **kwargs):
+    from tau_env.llm import ChatClient
+
+    return ChatClient(*args, **kwargs)
+
+
+def test_shown_never_raises():
+    from tau_env.error import shown
+
+    assert shown(_NoRepr()) == "<_NoRepr>"
+    assert shown("x" * 500, 20) == repr("x" * 500)[:17] + "..."
+    assert shown(10**5000) == "<int>"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda v: tau_env.evaluate("harbor-bank-v0", tau_env.NoopAgent, tau_env.ScriptedUser, trials=v),
+        lambda v: tau_env.evaluate("harbor-bank-v0", tau_env.NoopAgent, tau_env.ScriptedUser, config=v),
+        lambda v: tau_env.evaluate(v, tau_env.NoopAgent, tau_env.ScriptedUser),
+        lambda v: _chat_client("m", v),
+        lambda v: _chat_client("m", "http://127.0.0.1:1/v1", backend=v),
+        lambda v: tau_env.make("harbor-bank-v0", max_steps=v),
+    ],
+)
+def test_a_value_whose_repr_raises_still_gets_a_named_error(call):
+    """Caller-facing error messages format values with tau_env.error.shown, which cannot raise."""
+    with pytest.raises(tau_env.error.Error):
+        call(_NoRepr())

@@ -79,9 +79,21 @@ class _Writer:
             self.folder.close()
 
 
+def _safe_repr(value: Any) -> str:
+    """``repr(value)``, or ``<type>`` for a value whose repr raises (or is too deep or long to print)."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _short_repr(value: Any, width: int = 60) -> str:
-    r = repr(value)
-    return r if len(r) <= width else r[: width - 3] + "..."
+    """A caller's value in an error message: its repr, clipped; never raises."""
+    return _clip(_safe_repr(value), width)
 
 
 def check_settings(
@@ -228,11 +240,7 @@ def _qualified(obj: Any) -> str:
 
 def _clipped_repr(value: Any, width: int = 200) -> str:
     """A short repr without memory addresses (which differ between runs), for config.json."""
-    try:
-        r = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
-    except Exception:  # a repr that raises (or recurses) cannot stop the run
-        return f"<{type(value).__name__}>"
-    return r if len(r) <= width else r[: width - 3] + "..."
+    return _clip(re.sub(r" at 0x[0-9a-fA-F]+", "", _safe_repr(value)), width)
 
 
 def _describe(source: PolicySource, policy: PolicyLike) -> Any:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tau_env.error import DependencyNotInstalled, InfrastructureError, InvalidOptionError
+from tau_env.error import DependencyNotInstalled, InfrastructureError, InvalidOptionError, shown
 
 
 class Encoder(Protocol):
@@ -210,7 +210,7 @@ def check_base_url(url: object, what: str) -> str:
 
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidOptionError(f"{what} must be an http:// or https:// base URL, got {url!r}.")
+        raise InvalidOptionError(f"{what} must be an http:// or https:// base URL, got {shown(url, 200)}.")
     return url.rstrip("/")  # type: ignore[union-attr]
 
 
@@ -316,13 +316,13 @@ class RemoteEmbedder:
         backoff: float = 0.5,
     ):
         if not isinstance(model, str) or not model.strip():
-            raise InvalidOptionError(f"The embedding model must be a non-empty name, got {model!r}.")
+            raise InvalidOptionError(f"The embedding model must be a non-empty name, got {shown(model)}.")
         if encoding_format not in ("float", "base64"):
-            raise InvalidOptionError(f"encoding_format must be 'float' or 'base64', got {encoding_format!r}.")
+            raise InvalidOptionError(f"encoding_format must be 'float' or 'base64', got {shown(encoding_format)}.")
         for label, value, low in (("batch_size", batch_size, 1), ("retries", retries, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidOptionError(
-                    f"The embedding endpoint's {label} must be an integer >= {low}, got {value!r}."
+                    f"The embedding endpoint's {label} must be an integer >= {low}, got {shown(value)}."
                 )
         self.model, self.base_url = model, check_base_url(base_url, "The embedding base URL")
         self.what = f"embedding model {model!r}"

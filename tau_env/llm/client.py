@@ -17,7 +17,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tau_env.error import DependencyNotInstalled, InfrastructureError, InvalidOptionError
+from tau_env.error import DependencyNotInstalled, InfrastructureError, InvalidOptionError, shown
 from tau_env.llm import http
 from tau_env.llm.cache import ResponseCache
 from tau_env.llm.parsing import message_problem
@@ -112,9 +112,9 @@ class ChatClient:
         max_connections: int = 1024,
     ):
         if backend not in ("http", "openai"):
-            raise InvalidOptionError(f"backend must be 'http' or 'openai', got {backend!r}.")
+            raise InvalidOptionError(f"backend must be 'http' or 'openai', got {shown(backend)}.")
         if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
-            raise InvalidOptionError(f"max_connections must be a positive integer, got {max_connections!r}.")
+            raise InvalidOptionError(f"max_connections must be a positive integer, got {shown(max_connections)}.")
         if base_url is not None:
             http.check_url(base_url)
         self.model = model

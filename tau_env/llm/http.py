@@ -18,7 +18,7 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
-from tau_env.error import InvalidOptionError
+from tau_env.error import InvalidOptionError, shown
 
 #: Replies larger than this (bytes) are refused without being read whole.
 MAX_REPLY_BYTES = 256 * 1024 * 1024
@@ -73,7 +73,9 @@ def check_url(url: str) -> SplitResult:
             elif parts.port == 0:
                 problem = "port 0 is not a port to connect to"
     if problem is not None:
-        raise InvalidOptionError(f"Expected an http:// or https:// base URL, got {url!r}{problem and ': '}{problem}.")
+        raise InvalidOptionError(
+            f"Expected an http:// or https:// base URL, got {shown(url, 200)}{problem and ': '}{problem}."
+        )
     return parts
 
 

@@ -57,7 +57,10 @@ def message_problem(message: Any) -> str | None:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # e.g. nested too deeply to print: the type says enough
+        text = "..."
     return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tau_env.error import DomainError, InvalidOptionError
+from tau_env.error import DomainError, InvalidOptionError, shown
 from tau_env.tasks import read_text_file
 
 #: The prompt styles of tau3-banking: the benchmark's (default) and tau_env's own.
@@ -171,5 +171,5 @@ def tool_message(call_id: str, name: str, content: str) -> dict[str, Any]:
 def check_style(style: object) -> str:
     """``style`` if it is one of :data:`PROMPT_STYLES`, else InvalidOptionError."""
     if not (isinstance(style, str) and style in PROMPT_STYLES):
-        raise InvalidOptionError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {style!r:.80}.")
+        raise InvalidOptionError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {shown(style)}.")
     return style

@@ -83,7 +83,7 @@ from tau_env.domains.tau3_banking.retrieval import (
     grep_output,
     timed_search_output,
 )
-from tau_env.error import DependencyNotInstalled, DomainError, InvalidOptionError, did_you_mean
+from tau_env.error import DependencyNotInstalled, DomainError, InvalidOptionError, did_you_mean, shown
 from tau_env.knowledge import Document
 from tau_env.knowledge.tools import unknown_retrieval
 from tau_env.tools import Tool, raw_tool
@@ -275,12 +275,12 @@ def retrieval_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
         if kind is None:
             hint = did_you_mean(key, OPTION_TYPES) if isinstance(key, str) and len(key) < 100 else ""
             raise InvalidOptionError(
-                f"Unknown retrieval option {key!r:.80}; expected some of {sorted(OPTION_TYPES)}.{hint}"
+                f"Unknown retrieval option {shown(key)}; expected some of {sorted(OPTION_TYPES)}.{hint}"
             )
         if isinstance(value, bool) or not isinstance(value, kind):
             names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
             raise InvalidOptionError(
-                f"retrieval option {key!r} must be {names.replace('NoneType', 'None')}, got {value!r:.80}."
+                f"retrieval option {key!r} must be {names.replace('NoneType', 'None')}, got {shown(value)}."
             )
         out[key] = value
     return out

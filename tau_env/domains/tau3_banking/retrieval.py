@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tau_env.error import ToolError
+from tau_env.error import ToolError, shown
 from tau_env.knowledge import Document, check_query, grep_counts
 
 K1, B, EPSILON, TOP_K = 1.5, 0.75, 0.25, 10
@@ -354,9 +354,9 @@ class PointwiseReranker:
         from tau_env.knowledge.embed import api_key, check_base_url
 
         if not isinstance(model, str) or not model.strip():
-            raise InvalidOptionError(f"The reranker model must be a non-empty name, got {model!r}.")
+            raise InvalidOptionError(f"The reranker model must be a non-empty name, got {shown(model)}.")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidOptionError(f"The reranker's concurrency must be an integer >= 1, got {concurrency!r}.")
+            raise InvalidOptionError(f"The reranker's concurrency must be an integer >= 1, got {shown(concurrency)}.")
         self.model, self.base_url = model, check_base_url(base_url, "The reranker base URL")
         self.key = api_key(api_key_env, f"The reranker model {model!r} at {self.base_url}")
         self.min_score, self.reasoning_effort, self.concurrency = min_score, reasoning_effort, concurrency
