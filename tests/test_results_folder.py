@@ -428,6 +428,26 @@ def test_a_second_run_on_a_folder_in_use_is_refused_and_the_lock_goes_with_the_r
     assert run(out, trials=1).metrics["episodes"] == 3  # released on the exception
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_the_refusal_names_a_holder_that_has_locked_but_not_yet_written_its_pid(tmp_path):
+    # the holder takes the lock, then writes its pid: a run refused in between waits a moment for the pid
+    import fcntl
+
+    out = tmp_path / "run"
+    out.mkdir()
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    writer = threading.Timer(0.15, lambda: os.write(fd, b"4242\n"))
+    writer.start()
+    try:
+        with pytest.raises(ResultsFolderError, match=r"^\S+ is in use by another run \(process 4242\)"):
+            run(out)
+    finally:
+        writer.join()
+        os.close(fd)
+    assert run(out, trials=1).metrics["episodes"] == 3  # a lock file left with no holder does not block
+
+
 GATED = """
 import sys, time, pathlib
 from tau_env import NoopAgent, ScriptedUser, evaluate

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import stat
+import time
 import types
 import typing
 import warnings
@@ -359,6 +360,16 @@ def read_records(
 # ---------------------------------------------------------------- the folder
 
 
+def _holder(fd: int) -> str:
+    """The pid the lock's holder wrote; it writes it just after taking the lock, so wait a moment for it."""
+    for _ in range(50):
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if holder.isdigit():
+            return holder
+        time.sleep(0.02)
+    return holder
+
+
 class _Lock:
     """An exclusive, non-blocking ``flock`` on ``dir/.tau_env.lock``, released (and the file removed) by ``release``."""
 
@@ -372,7 +383,7 @@ class _Lock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.read(fd, 32).decode("ascii", "replace").strip()
+                holder = _holder(fd)
                 os.close(fd)
                 pid = f" (process {holder})" if holder.isdigit() else ""
                 raise ResultsFolderError(
