@@ -119,9 +119,14 @@ def _agent(name: str) -> Any:
 
 
 def _domain_kwargs(args: argparse.Namespace, env_id: str) -> dict[str, Any]:
-    """The loader keywords of the flags (``--data-dir``), refused for a domain whose loader takes none."""
+    """The loader keywords of the flags: ``--tasks`` (any domain), ``--data-dir`` (refused for a domain
+    whose loader takes none).
+    """
+    kw: dict[str, Any] = {}
+    if getattr(args, "tasks", None) is not None:
+        kw["tasks"] = str(args.tasks)
     if getattr(args, "data_dir", None) is None:
-        return {}
+        return kw
     from tau_env.registry import registry
 
     fn = registry.spec(env_id).entry_point
@@ -134,7 +139,7 @@ def _domain_kwargs(args: argparse.Namespace, env_id: str) -> dict[str, Any]:
         raise InvalidOptionError(f"{env_id} is not loaded from a data folder; drop --data-dir.")
     if not args.data_dir.is_dir():
         raise InvalidOptionError(f"--data-dir {args.data_dir} is not a folder; pass the domain's data folder.")
-    return {"data_dir": str(args.data_dir)}
+    return {**kw, "data_dir": str(args.data_dir)}
 
 
 def _retrieval_rows(env_id: str) -> list[tuple[str, str, str]]:
@@ -364,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tau-env", description="Evaluate and check tau_env domains.")
     sub = p.add_subparsers(dest="command", required=True)
     data_dir = dict(type=_path, help="data folder, for domains loaded from a path")
+    task_file = dict(
+        type=_path, help="play the tasks of this file (.json or .jsonl, e.g. a synthesis run's) instead of the domain's"
+    )
     tasks = dict(action="append", type=_name)
 
     s = sub.add_parser("list", help="list registered environments, or an environment's retrieval configurations")
@@ -380,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", **tasks, help="check only this task (repeatable)")
     s.add_argument("--no-play", action="store_true", help="skip the oracle-vs-scripted-user episode")
     s.add_argument("--data-dir", **data_dir)
+    s.add_argument("--tasks", **task_file)
     s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("eval", help="evaluate policies (built-in or model servers) on a domain")
@@ -458,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--out", type=_path, help="results folder (default: runs/<domain>-<agent>-<time>)")
     s.add_argument("--data-dir", **data_dir)
+    s.add_argument("--tasks", **task_file)
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_eval)
 
@@ -470,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='print {"task_id", "actions": [{"name", "requestor", "output", "error"}], "final_db"}',
     )
     s.add_argument("--data-dir", **data_dir)
+    s.add_argument("--tasks", **task_file)
     s.set_defaults(fn=cmd_replay)
 
     s = sub.add_parser("export-sft", help="turn successful episodes into chat-format SFT data")

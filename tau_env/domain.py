@@ -95,7 +95,49 @@ class Domain:
 
         self.grader = Grader(self)
 
+    #: Caches keyed by task id (reset by ``with_tasks``); a subclass adds its own.
+    task_caches: ClassVar[tuple[str, ...]] = ("_images",)
+
     # --- tasks and state ---------------------------------------------------------------
+    def with_tasks(self, tasks: Sequence[Task] | str | Path) -> Domain:
+        """This domain with other tasks: a list of :class:`Task`, or the path of a task file
+        (``.json`` or ``.jsonl``, e.g. a synthesis run's ``tasks.jsonl``).
+
+        The copy shares what does not depend on the tasks (documents and their search indexes,
+        tools, seed image), so it is cheap; its per-task caches and grader are its own, so a task
+        that reuses an id of the original's is never graded against the original's target.
+
+        Raises:
+            TaskFileError: The file is missing or malformed, or two tasks share an id.
+        """
+        import copy
+
+        from tau_env.grading import Grader
+
+        if isinstance(tasks, (str, Path)):
+            tasks = load_tasks(tasks)
+        elif isinstance(tasks, Task):
+            tasks = [tasks]
+        else:
+            tasks = list(tasks)
+            bad = next((t for t in tasks if not isinstance(t, Task)), None)
+            if bad is not None:
+                raise TaskFileError(
+                    f"tasks must be a task file's path or a list of tau_env.Task, got an item of type "
+                    f"{type(bad).__name__}."
+                )
+        index = {t.id: t for t in tasks}
+        if len(index) != len(tasks):
+            dup = next(t.id for i, t in enumerate(tasks) if any(u.id == t.id for u in tasks[:i]))
+            raise TaskFileError(f"Domain {self.name!r}: two tasks share the id {dup!r}.")
+        new = copy.copy(self)
+        new.tasks = tasks
+        new.task_index = index
+        for name in type(self).task_caches:
+            setattr(new, name, {})
+        new.grader = Grader(new)
+        return new
+
     def task(self, task_id: str) -> Task:
         try:
             return self.task_index[task_id]

@@ -64,11 +64,18 @@ class EnvSpec:
         return self._load(kwargs, lambda: call_text("load_domain", self.id, kwargs))
 
     def _load(self, kwargs: dict[str, Any], call: Callable[[], str]) -> Domain:
-        """``call()`` gives the call's text for an error message (built only when one is raised)."""
+        """``call()`` gives the call's text for an error message (built only when one is raised).
+
+        ``tasks`` (a task file's path or a list of tasks) is not the loader's: the loaded domain
+        plays those tasks instead of its own (:meth:`Domain.with_tasks`).
+        """
+        kwargs = dict(kwargs)
+        tasks = kwargs.pop("tasks", None)
         fn = self.loader()
         _check_keywords(call, fn, kwargs)
         try:
-            return fn(**kwargs)
+            domain = fn(**kwargs)
+            return domain if tasks is None else domain.with_tasks(tasks)
         except Error as e:
             raise _prefixed(e, call()) from e
         except (TypeError, ValueError) as e:  # a loader rejecting a setting's type or value

@@ -289,6 +289,19 @@ def load_tasks(path: str | Path) -> list[Task]:
     return tasks
 
 
+def task_set_digest(tasks: Iterable[Task]) -> str:
+    """SHA-256 of the tasks' canonical JSON, in order: equal for equal task sets."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in tasks:
+        h.update(
+            json.dumps(t.model_dump(mode="json"), sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        )
+        h.update(b"\n")
+    return h.hexdigest()
+
+
 def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
     """Save tasks as ``.jsonl`` (one per line) or ``.json`` (an indented list), by the suffix."""
     p = Path(path)

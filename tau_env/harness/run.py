@@ -25,6 +25,7 @@ from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult, arun_epis
 from tau_env.harness.metrics import INFRA, compute_metrics, format_metrics
 from tau_env.harness.results import ResultsFolder
 from tau_env.policy import PolicyLike, is_async_policy
+from tau_env.tasks import task_set_digest
 
 #: A seat's policy as ``evaluate`` takes it: a policy (copied per episode), a policy class, or a
 #: zero-argument factory of policies.
@@ -331,7 +332,7 @@ class _Run:
                 "agent": _describe(agent, sample_agent),
                 "user": _describe(user, sample_user),
                 "tasks": sorted({t for t, _, _ in plan}),
-                **make_kwargs,
+                **_recorded(make_kwargs, first),
                 **config,
             }
             writer = _Writer(out_dir, cfg, plan, resume)
@@ -372,6 +373,18 @@ class _Run:
         metrics = compute_metrics(everything, self.finished_at)
         self.writer.finish(metrics, f"{self.first.domain.name}: {len(everything)} episodes", everything)
         return EvalRun(everything, metrics, self.writer.dir)
+
+
+def _recorded(make_kwargs: dict[str, Any], env: TauEnv) -> dict[str, Any]:
+    """``make_kwargs`` as config.json keeps them: ``tasks`` (a file or a list of tasks) becomes its
+    source and a digest of the tasks' content, so resuming on other tasks is refused.
+    """
+    kw = dict(make_kwargs)
+    if "tasks" in kw:
+        source = kw.pop("tasks")
+        kw["task_source"] = os.fspath(source) if isinstance(source, str | os.PathLike) else "(a list of tasks)"
+        kw["task_set_sha256"] = task_set_digest(env.domain.tasks)
+    return kw
 
 
 def _is_async(policy_factory: Callable[[], PolicyLike]) -> bool:

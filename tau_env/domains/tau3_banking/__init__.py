@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tau_env.db import EpisodeDB, Schema
 from tau_env.diskcache import DiskCache, cache_key, code_fingerprint
@@ -109,6 +109,8 @@ class Tau3Domain(Domain):
     retrieval_options: dict[str, Any] = field(default_factory=dict, repr=False)
     # Embedding indexes, built when an env of such a configuration is first made (by endpoint).
     _retrievers: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    task_caches: ClassVar[tuple[str, ...]] = ("_images", "_init_plans")
 
     def load_seed(self, conn: sqlite3.Connection) -> None:
         load_seed(conn, self.db_json)
