@@ -1,4 +1,4 @@
-"""The ``tau-env`` command: list, check, eval, replay, export-sft, show.
+"""The ``tau-env`` command: list, check, eval, replay, export-sft, show, synth.
 
 A user's mistake (a bad flag value, a path that cannot be used, an unknown task, a domain error)
 ends with one line on stderr, ``tau-env: <what is wrong>``, and exit status 2; an interrupt with
@@ -365,7 +365,8 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(synth: bool = False) -> argparse.ArgumentParser:
+    """The ``tau-env`` parser; with ``synth``, the ``synth`` subcommands too (importing ``tau_env.synthesis``)."""
     p = _Parser(prog="tau-env", description="Evaluate and check tau_env domains.")
     sub = p.add_subparsers(dest="command", required=True)
     data_dir = dict(type=_path, help="data folder, for domains loaded from a path")
@@ -505,7 +506,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--width", type=_int(1), default=600, help="truncate long texts to this many characters (default 600)"
     )
     s.set_defaults(fn=cmd_show)
+
+    if synth:  # only `tau-env synth ...` imports the synthesis package
+        from tau_env.synthesis.cli import add_parser
+
+        add_parser(sub)
+    else:
+        s = sub.add_parser(
+            "synth", help="synthesize verified training tasks (see: tau-env synth --help)", add_help=False
+        )
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(fn=lambda args: main(["synth", *args.rest]))
     return p
+
+
+def _synth_missing() -> str | None:
+    """Why ``tau-env synth`` cannot run here (its extra is not installed), or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("sqlite_utils") is None:
+        return "tau-env synth needs the 'synth' extra (sqlite-utils): pip install 'tau-env[synth]'."
+    return None
 
 
 def _os_error(e: OSError) -> str | None:
@@ -521,7 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets an escape, not a crash
         if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
             stream.reconfigure(errors="backslashreplace")
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    synth = bool(argv) and argv[0] == "synth"
+    if synth and (why := _synth_missing()):
+        _err(why)
+        return 2
+    args = (build_parser(synth=True) if synth else build_parser()).parse_args(argv)
     with warnings.catch_warnings():
         # A library warning (e.g. tau3's missing user-simulator guidelines) is one escaped line, not
         # Python's file:line dump with a source line.
