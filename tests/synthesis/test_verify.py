@@ -31,6 +31,10 @@ def bank() -> Domain:
 
 @pytest.fixture(scope="module")
 def good_task(bank) -> dict[str, Any]:
+    return make_good_task(bank)
+
+
+def make_good_task(bank: Domain) -> dict[str, Any]:
     """lost_card_standard_shipping with a provenance whose derivations trace every argument."""
     t = bank.task("lost_card_standard_shipping").model_dump(mode="json")
     t["id"] = "synth-lost-card"
