@@ -55,6 +55,13 @@ class Tool:
     raw: bool = False
     #: Callable by its seat but never listed in its schemas (a benchmark's tools reachable by name).
     hidden: bool = False
+    #: Optional metadata for task synthesis (never part of :attr:`schema`): tools that must have run
+    #: before this one (e.g. ``("verify_identity",)``).
+    requires: tuple[str, ...] = ()
+    #: Argument names whose values this tool's output gives a later call (e.g. ``("card_id",)``).
+    produces: tuple[str, ...] = ()
+    #: Tools that cannot both act on the same record in one conversation (e.g. ``("unlock_card",)``).
+    conflicts: tuple[str, ...] = ()
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -109,6 +116,9 @@ def tool(
     handover: bool = False,
     ends_episode: bool = False,
     max_string: int = MAX_STRING,
+    requires: tuple[str, ...] = (),
+    produces: tuple[str, ...] = (),
+    conflicts: tuple[str, ...] = (),
 ) -> Any:
     """Make a :class:`Tool` of a typed, documented function.
 
@@ -123,10 +133,20 @@ def tool(
             ``hand_over_tool`` with its name.
         ends_episode: A successful call ends the episode (a transfer to a human).
         max_string: Longest accepted string argument.
+        requires: Metadata for task synthesis (not shown to models): names of the tools that must
+            have succeeded before this one, e.g. ``("verify_identity",)``.
+        produces: Metadata: argument names whose values this tool's output provides to later
+            calls, e.g. ``("card_id",)``.
+        conflicts: Metadata: names of the tools that cannot both act on the same record in one
+            conversation (one undoes the other or breaks its precondition).
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
         where = f"tool {f.__name__!r}"
+        meta = {
+            k: _names(where, k, v)
+            for k, v in (("requires", requires), ("produces", produces), ("conflicts", conflicts))
+        }
         if kind not in KINDS:
             raise ToolDefinitionError(f"{where}: kind must be one of {KINDS}, got {kind!r}.")
         if side not in SEATS:
@@ -180,9 +200,25 @@ def tool(
             ends_episode=ends_episode,
             takes_ctx=takes_ctx,
             arg_descriptions=arg_docs,
+            **meta,
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _names(where: str, what: str, value: Any) -> tuple[str, ...]:
+    """``value`` as a tuple of non-empty names, or ToolDefinitionError saying what is wrong."""
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        hint = f" (write ({value!r},) for one name)" if isinstance(value, str) else ""
+        raise ToolDefinitionError(
+            f"{where}: {what} must be a tuple of tool or argument names, got {type(value).__name__} {value!r}{hint}."
+        )
+    for v in value:
+        if not isinstance(v, str) or not v.strip():
+            raise ToolDefinitionError(
+                f"{where}: {what} must hold non-empty strings (tool or argument names), got {v!r} in {tuple(value)!r}."
+            )
+    return tuple(value)
 
 
 def raw_tool(

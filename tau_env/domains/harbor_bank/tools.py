@@ -128,13 +128,13 @@ def _iso(value: str, name: str) -> date:
 
 
 # --- base agent tools ----------------------------------------------------------------------------
-@tool
+@tool(produces=("start_date",))
 def get_current_time(ctx: ToolContext) -> str:
     """Return the current date and time at the bank."""
     return ctx.now.strftime("%Y-%m-%d %H:%M (%A)")
 
 
-@tool
+@tool(produces=("customer_id",))
 def find_customer(ctx: ToolContext, full_name: str, date_of_birth: str) -> str:
     """Find a customer's id from their full name and date of birth.
 
@@ -187,7 +187,16 @@ def get_customer(ctx: ToolContext, customer_id: str) -> str:
     return json.dumps(_one(ctx.conn, "customers", "customer_id", customer_id, "Customer"))
 
 
-@tool
+@tool(
+    produces=(
+        "account_id",
+        "from_account_id",
+        "to_account_id",
+        "funding_account_id",
+        "checking_account_id",
+        "savings_account_id",
+    )
+)
 def list_accounts(ctx: ToolContext, customer_id: str) -> str:
     """List a customer's accounts with product, status, balance (cents) and opening date.
 
@@ -198,7 +207,7 @@ def list_accounts(ctx: ToolContext, customer_id: str) -> str:
     return json.dumps(_rows(ctx.conn, "SELECT * FROM accounts WHERE customer_id = ? ORDER BY account_id", customer_id))
 
 
-@tool
+@tool(produces=("txn_id", "fee_txn_id"))
 def list_transactions(ctx: ToolContext, account_id: str, limit: int = 20) -> str:
     """List an account's transactions, newest first (amounts in cents; negative is money out).
 
@@ -219,7 +228,7 @@ def list_transactions(ctx: ToolContext, account_id: str, limit: int = 20) -> str
     )
 
 
-@tool
+@tool(produces=("card_id",))
 def list_cards(ctx: ToolContext, customer_id: str) -> str:
     """List a customer's debit cards with status and daily limit (cents).
 
@@ -247,7 +256,7 @@ def list_fee_refunds(ctx: ToolContext, customer_id: str) -> str:
     )
 
 
-@tool
+@tool(produces=("wire_id",))
 def list_wires(ctx: ToolContext, customer_id: str) -> str:
     """List the wires from a customer's accounts, including ones still awaiting approval.
 
@@ -261,7 +270,7 @@ def list_wires(ctx: ToolContext, customer_id: str) -> str:
     return json.dumps(_rows(ctx.conn, sql, customer_id))
 
 
-@tool(kind="write")
+@tool(kind="write", requires=("verify_identity",))
 def update_contact_info(
     ctx: ToolContext, customer_id: str, email: str | None = None, phone: str | None = None, address: str | None = None
 ) -> str:
@@ -287,7 +296,7 @@ def update_contact_info(
     return f"Updated {', '.join(changes)} for {customer_id}."
 
 
-@tool(kind="write")
+@tool(kind="write", requires=("verify_identity",), conflicts=("close_account_8837",))
 def transfer_funds(ctx: ToolContext, from_account_id: str, to_account_id: str, amount_cents: int) -> str:
     """Move money between two open accounts of the same verified customer.
 
@@ -319,7 +328,11 @@ def _card_for(ctx: ToolContext, card_id: str) -> dict[str, Any]:
     return card
 
 
-@tool(kind="write")
+@tool(
+    kind="write",
+    requires=("verify_identity",),
+    conflicts=("unlock_card", "replace_card_5120", "change_daily_limit_7745"),
+)
 def lock_card(ctx: ToolContext, card_id: str) -> str:
     """Temporarily lock an active debit card (reversible with unlock_card).
 
@@ -333,7 +346,7 @@ def lock_card(ctx: ToolContext, card_id: str) -> str:
     return f"Card {card_id} is now locked."
 
 
-@tool(kind="write")
+@tool(kind="write", requires=("verify_identity",), conflicts=("lock_card", "replace_card_5120"))
 def unlock_card(ctx: ToolContext, card_id: str) -> str:
     """Unlock a card that was locked with lock_card (lost or stolen cards cannot be unlocked).
 
@@ -407,7 +420,7 @@ def calculate(ctx: ToolContext, expression: str) -> str:
 
 
 # --- discoverable agent tools (their names are in the documents) ----------------------------------
-@tool(name="refund_fee_4410", kind="write", discoverable=True)
+@tool(name="refund_fee_4410", kind="write", discoverable=True, requires=("verify_identity",))
 def refund_fee(ctx: ToolContext, account_id: str, fee_txn_id: str, reason: str) -> str:
     """Refund a fee charged to an account, as a courtesy the fee-refund policy allows.
 
@@ -433,7 +446,20 @@ def refund_fee(ctx: ToolContext, account_id: str, fee_txn_id: str, reason: str) 
     return f"Refunded {_dollars(amount)} for fee {fee_txn_id} to {account_id}."
 
 
-@tool(name="open_account_2291", kind="write", discoverable=True)
+@tool(
+    name="open_account_2291",
+    kind="write",
+    discoverable=True,
+    requires=("verify_identity",),
+    produces=(
+        "account_id",
+        "from_account_id",
+        "to_account_id",
+        "funding_account_id",
+        "checking_account_id",
+        "savings_account_id",
+    ),
+)
 def open_account(
     ctx: ToolContext,
     customer_id: str,
@@ -469,7 +495,26 @@ def open_account(
     return f"Opened {product} account {account_id} with {_dollars(initial_deposit_cents)}."
 
 
-@tool(name="close_account_8837", kind="write", discoverable=True)
+@tool(
+    name="close_account_8837",
+    kind="write",
+    discoverable=True,
+    requires=("verify_identity",),
+    conflicts=(
+        "transfer_funds",
+        "open_account_2291",
+        "link_overdraft_protection_1288",
+        "refund_fee_4410",
+        "file_dispute_6604",
+        "replace_card_5120",
+        "lock_card",
+        "unlock_card",
+        "change_daily_limit_7745",
+        "initiate_wire_9150",
+        "release_wire_9152",
+        "deposit_check_in_app",
+    ),
+)
 def close_account(ctx: ToolContext, account_id: str, reason: str) -> str:
     """Close an open account whose balance is exactly zero.
 
@@ -494,7 +539,14 @@ def close_account(ctx: ToolContext, account_id: str, reason: str) -> str:
     return f"Account {account_id} is closed."
 
 
-@tool(name="replace_card_5120", kind="write", discoverable=True)
+@tool(
+    name="replace_card_5120",
+    kind="write",
+    discoverable=True,
+    requires=("verify_identity",),
+    produces=("card_id",),
+    conflicts=("lock_card", "unlock_card", "change_daily_limit_7745"),
+)
 def replace_card(
     ctx: ToolContext,
     card_id: str,
@@ -533,7 +585,7 @@ def replace_card(
     return f"Card {card_id} marked {old_status}; new card {new_id} (ending {last4}) ships {shipping}."
 
 
-@tool(name="file_dispute_6604", kind="write", discoverable=True)
+@tool(name="file_dispute_6604", kind="write", discoverable=True, requires=("verify_identity",))
 def file_dispute(
     ctx: ToolContext,
     txn_id: str,
@@ -569,7 +621,7 @@ def file_dispute(
     return f"Dispute {dispute_id} opened for {txn_id}; provisional credit {_dollars(provisional_credit_cents)}."
 
 
-@tool(name="set_travel_notice_3012", kind="write", discoverable=True)
+@tool(name="set_travel_notice_3012", kind="write", discoverable=True, requires=("verify_identity",))
 def set_travel_notice(ctx: ToolContext, customer_id: str, destination: str, start_date: str, end_date: str) -> str:
     """Record that a customer will use their cards abroad, so purchases there are not declined.
 
@@ -599,7 +651,7 @@ def set_travel_notice(ctx: ToolContext, customer_id: str, destination: str, star
     return f"Travel notice set for {customer_id}: {destination.strip()} from {start} to {end}."
 
 
-@tool(name="change_daily_limit_7745", kind="write", discoverable=True)
+@tool(name="change_daily_limit_7745", kind="write", discoverable=True, requires=("verify_identity",))
 def change_daily_limit(ctx: ToolContext, card_id: str, new_limit_cents: int) -> str:
     """Change an active card's daily spending limit (within the customer's tier maximum).
 
@@ -616,7 +668,7 @@ def change_daily_limit(ctx: ToolContext, card_id: str, new_limit_cents: int) -> 
     return f"Daily limit of {card_id} is now {_dollars(new_limit_cents)}."
 
 
-@tool(name="initiate_wire_9150", kind="write", discoverable=True)
+@tool(name="initiate_wire_9150", kind="write", discoverable=True, requires=("verify_identity",), produces=("wire_id",))
 def initiate_wire(
     ctx: ToolContext,
     account_id: str,
@@ -661,7 +713,7 @@ def initiate_wire(
     )
 
 
-@tool(name="release_wire_9152", kind="write", discoverable=True)
+@tool(name="release_wire_9152", kind="write", discoverable=True, requires=("verify_identity", "approve_wire_in_app"))
 def release_wire(ctx: ToolContext, wire_id: str) -> str:
     """Send a wire the customer has approved in the app; debits the amount and the fee.
 
@@ -682,7 +734,7 @@ def release_wire(ctx: ToolContext, wire_id: str) -> str:
     return f"Wire {wire_id} sent."
 
 
-@tool(name="link_overdraft_protection_1288", kind="write", discoverable=True)
+@tool(name="link_overdraft_protection_1288", kind="write", discoverable=True, requires=("verify_identity",))
 def link_overdraft_protection(ctx: ToolContext, checking_account_id: str, savings_account_id: str) -> str:
     """Link a savings account to cover overdrafts on a checking account of the same customer.
 
