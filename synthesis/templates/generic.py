@@ -1,0 +1,687 @@
+"""Domain-agnostic templates: one per write tool, derived from the tools' schemas and the database.
+
+``templates(domain)`` gives a template per write tool of any domain (tau3-banking's 40-odd, a new
+domain's). A template instantiates a plan as:
+
+1. a new customer in the initial state: a seed customer's rows cloned under fresh, plan-derived ids
+   with a new identity (``generic_db.clone_customer``), so no task shares a customer or a record with
+   the domain's own tasks;
+2. the opening the domain's tools need: a lookup that finds the customer by what the user says
+   (when one exists), identity verification with the customer's real facts (and the clock's time
+   when the verifier wants one);
+3. the write call, its arguments searched among candidates from the schema (enums), the
+   descriptions (listed values, formats) and the customer's records (matched to parameters by
+   name); each trial is replayed, and an error text steers the next trial (a value it names, a
+   record field it blames, which is then set to a value the tool's description or the error names);
+4. lookups that produce record ids the agent cannot know otherwise, the unlock before a
+   discoverable tool, the hand-over before a user tool (``generic_tools.Mechanics``).
+
+Every argument carries a derivation (``records.py``); the whole chain is replayed before the draft
+is returned (no tool error, the write changes the state). Nested JSON arguments (a dispatcher's
+``arguments``) get ``{"kind": "json", "fields": {name: derivation}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tau_env import Action, Scenario, Task
+
+from ..records import Plan, chain_signature
+from . import BaseTemplate, Draft, IdAllocator, SynthContext
+from .generic_db import DBView, clone_customer, identity_kind, short_hash, words
+from .generic_tools import (
+    Cand,
+    Mechanics,
+    column_matches,
+    default_candidates,
+    derived_value,
+    id_tables,
+    literals,
+    params_of,
+)
+
+__all__ = ["GenericTemplate", "Analysis", "templates", "draft_task", "synthesize", "leakage", "tool_error"]
+
+_ERROR = re.compile(r"^\s*(error|failed|failure)\b", re.I)
+MAX_TRIALS = 30
+MAX_DONORS = 4
+
+
+def tool_error(output: str, flagged: bool) -> bool:
+    """Whether a tool's output is an error (flagged by the toolbox, or a benchmark's ``Error: ...`` text)."""
+    return flagged or bool(_ERROR.match(output or ""))
+
+
+def fact_key(column: str) -> str:
+    return column.replace("_", " ").strip()
+
+
+def _first_sentence(text: str) -> str:
+    s = re.split(r"(?<=[.!?])\s|\n", (text or "").strip(), maxsplit=1)[0]
+    return s.rstrip(".") or "make a change"
+
+
+@dataclass
+class Analysis:
+    """What every generic template of a domain shares: the rows, the mechanics, and probes."""
+
+    domain: Any
+    view: DBView
+    mech: Mechanics
+    finder: tuple[str, dict[str, str]] | None = None  # (tool, {param: customer column})
+    lookups: dict[str, tuple[str, str]] = field(default_factory=dict)  # table -> (read tool, param)
+    _n: int = 0
+
+    @classmethod
+    def of(cls, domain: Any) -> Analysis:
+        return cls(domain, DBView.of(domain), Mechanics.of(domain))
+
+    # --- replays ---------------------------------------------------------------------------------
+    def run(
+        self, rows: dict, actions: list[Action], meta: dict | None = None
+    ) -> tuple[list[tuple[str, bool]], list[bool]]:
+        """Replay ``actions`` over s0 with ``rows``: each output with its error flag, and whether each
+        action changed the database.
+        """
+        init, extra = self.view.patch(rows)
+        self._n += 1
+        task = Task(
+            id=f"__generic_probe_{self._n}",
+            scenario=Scenario(requests=["-"]),
+            initial_state=init,
+            actions=actions,
+            metadata={**extra, **(meta or {})},
+        )
+        dom = self.domain.with_tasks([task])
+        db = dom.start_db(task)
+        try:
+            box = dom.toolbox("all")
+            tctx = dom.context(db, task, box)
+            outs, changed = [], []
+            for a in actions:
+                before = db.digest()
+                res = box.call(tctx, a.requestor, a.name, dict(a.arguments))
+                outs.append((res.content, tool_error(res.content, res.error)))
+                changed.append(db.digest() != before)
+            return outs, changed
+        finally:
+            db.close()
+
+    def find_finder(self, rows: dict, cid: str) -> None:
+        """The read tool that finds a customer by what they say (name, email), if the domain has one."""
+        if self.finder is not None or self.view.customer_table is None:
+            return
+        crow = rows[self.view.customer_table][cid]
+        for name, t in self.mech.tools.items():
+            ps = params_of(t)
+            if t.hidden or t.side != "agent" or not self.mech.is_read(name) or not ps:
+                continue
+            fill: dict[str, str] = {}
+            for p in ps:
+                cols = [c for c in column_matches(p, crow) if identity_kind(c)]
+                if cols:
+                    fill[p] = cols[0]
+            if set(fill) != set(ps) or (set(t.required) - set(fill)):
+                continue
+            outs, _ = self.run(rows, [Action(name=name, arguments={p: crow[c] for p, c in fill.items()})])
+            if not outs[0][1] and cid in outs[0][0]:
+                key = sorted(fill.items(), key=lambda kv: (identity_kind(kv[1]) != "name", kv[0]))
+                self.finder = (name, dict(key))
+                return
+        self.finder = ("", {})
+
+
+def _json_derivation(inner: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "json", "fields": inner}
+
+
+class GenericTemplate(BaseTemplate):
+    """One write tool's template (see the module docstring)."""
+
+    def __init__(self, tool: str, an: Analysis):
+        t = an.mech.tools[tool]
+        self.tool = tool
+        self.an = an
+        self.name = f"generic:{tool}"
+        self.intent = _first_sentence(t.description)
+        self.tools = (tool,)
+        self.desc = t.description or ""
+        self.side = t.side
+        self.docs = [d.id for d in an.domain.documents if tool in (d.text or "")][:3]
+        self.failures: Counter[str] = Counter()
+        self._good_donors: list[str] = []
+        self._mutations: dict[str, Any] = {}  # column -> value that made a trial pass before
+
+    # --- candidates --------------------------------------------------------------------------------
+    def _params(self) -> tuple[dict[str, dict], list[str]]:
+        t = self.an.mech.tools[self.tool]
+        ps = params_of(t)
+        req = [p for p in ps if p in t.required] if t.required else list(ps)
+        return ps, req
+
+    def _candidates(self, p, spec, rows, crow, cid, anchor, chosen, rng) -> list[Cand]:
+        view = self.an.view
+        desc = str(spec.get("description", ""))
+        ctxw = words(self.tool) | words(self.desc)
+        tables = id_tables(view, p, ctxw)
+        out: list[Cand] = []
+        if tables:
+            if tables[0] == view.customer_table or p == view.customer_key:
+                return [Cand(cid, "db", {"table": view.customer_table, "rid": cid, "column": view.customer_key})]
+            extra = words(p) - {"id"} - {w for t in tables[:1] for w in words(t)}
+            for t in tables[:2]:
+                idc = view.id_column[t]
+                ranked = []
+                for rid, row in rows.get(t, {}).items():
+                    score = 0
+                    if anchor and (rid in anchor[2].values() or anchor[1] in row.values()):
+                        score += 4
+                    if anchor and rid == anchor[1]:
+                        score += 6
+                    if any(rid == c.value for c in chosen.values()):
+                        score -= 8
+                    vals = " ".join(str(v).lower() for v in row.values())
+                    score += sum(1 for w in extra if w in vals)
+                    ranked.append((score, rng.random(), rid, row))
+                for _, _, rid, _row in sorted(ranked, key=lambda x: (-x[0], x[1])):
+                    out.append(Cand(rid, "db", {"table": t, "rid": rid, "column": idc}))
+            return out
+        if spec.get("enum"):
+            vals = list(spec["enum"])
+            rng.shuffle(vals)
+            return [Cand(v, "enum") for v in vals]
+        lits = [x for x in literals(desc) if not (words(x) <= words(p)) and x.lower() not in ("id", "usd")]
+        if spec.get("type", "string") == "string" and len(lits) >= 2:
+            rng.shuffle(lits)
+            out += [Cand(x, "literal", {"why": f"named in {self.tool}'s description of {p}"}) for x in lits]
+        srcs = ([anchor] if anchor else []) + [(view.customer_table, cid, crow)]
+        for t, rid, row in srcs:
+            for col in column_matches(p, row)[:2]:
+                for v in self._shaped(p, row[col], desc, spec):
+                    out.append(Cand(v, "db", {"table": t, "rid": rid, "column": col}))
+        if not out and spec.get("type", "string") == "string" and lits:
+            out += [Cand(x, "literal", {"why": f"named in {self.tool}'s description of {p}"}) for x in lits]
+        if not out and spec.get("type", "string") == "string":
+            for t, rs in rows.items():  # a column elsewhere that names the same thing (a product type)
+                for row in list(rs.values())[:3]:
+                    for col in column_matches(p, row)[:1]:
+                        if isinstance(row[col], str) and row[col] and col != view.id_column.get(t):
+                            out.append(Cand(row[col], "fact"))
+        if "digit" in words(p) | words(desc) and spec.get("type", "string") == "string" and not out:
+            n = 3 if "3" in words(p) | words(desc) else 4
+            out.append(Cand("".join(str(rng.randint(0, 9)) for _ in range(n)), "fact"))
+        out += default_candidates(p, spec, desc, rng, self.an.domain.clock)
+        seen, uniq = set(), []
+        for c in out:
+            k = json.dumps(c.value, sort_keys=True, default=str)
+            if k not in seen:
+                seen.add(k)
+                uniq.append(c)
+        return uniq
+
+    @staticmethod
+    def _shaped(p: str, value: Any, desc: str, spec: dict) -> list[Any]:
+        from .generic_tools import _format_like
+
+        v = derived_value(p, value)
+        typ = spec.get("type", "string")
+        if typ in ("number", "integer") and isinstance(v, str):
+            try:
+                v = float(re.sub(r"[^\d.\-]", "", v))
+            except ValueError:
+                return []
+        if typ == "integer" and isinstance(v, float):
+            v = int(v)
+        return _format_like(v, desc)
+
+    # --- the chain -----------------------------------------------------------------------------------
+    def _opening(self, rows, cid, crow) -> tuple[list[Action], list[dict], dict[str, str]]:
+        """Clock, finder and verifier actions with derivations, and the identity facts they use."""
+        an, mech = self.an, self.an.mech
+        actions: list[Action] = []
+        ders: list[dict] = []
+        facts: dict[str, str] = {}
+        for col, v in crow.items():
+            if identity_kind(col) and isinstance(v, str):
+                facts[fact_key(col)] = v
+        an.find_finder(rows, cid)
+        finder_i = None
+        if an.finder and an.finder[0]:
+            name, fill = an.finder
+            actions.append(Action(name=name, arguments={p: crow[c] for p, c in fill.items()}))
+            ders.append({p: {"kind": "fact", "key": fact_key(c)} for p, c in fill.items()})
+            finder_i = 0
+        if mech.verifier:
+            vt = mech.tools[mech.verifier]
+            args, der = {}, {}
+            for p, _spec in params_of(vt).items():
+                pw = words(p)
+                if p == an.view.customer_key or (pw & {"user", "customer"} and "id" in pw):
+                    args[p] = cid
+                    der[p] = (
+                        {"kind": "output", "action": finder_i}
+                        if finder_i is not None
+                        else {"kind": "fact", "key": fact_key(an.view.customer_key or "customer id")}
+                    )
+                    if finder_i is None:
+                        facts[fact_key(an.view.customer_key or "customer id")] = cid
+                    continue
+                if pw & {"time", "timestamp"} and mech.clock:
+                    outs, _ = an.run(rows, [Action(name=mech.clock, arguments={})])
+                    m = re.search(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?(?: [A-Z]{2,4})?", outs[0][0])
+                    if m:
+                        actions.insert(0, Action(name=mech.clock, arguments={}))
+                        ders.insert(0, {})
+                        if finder_i is not None:
+                            finder_i += 1
+                            ders[finder_i] = dict(ders[finder_i])
+                        args[p] = m.group(0)
+                        der[p] = {"kind": "output", "action": 0}
+                        continue
+                cols = column_matches(p, crow)
+                if cols:
+                    args[p] = derived_value(p, crow[cols[0]])
+                    der[p] = {"kind": "fact", "key": fact_key(cols[0])}
+                    facts.setdefault(fact_key(cols[0]), str(crow[cols[0]]))
+            if finder_i is not None:
+                for d in der.values():
+                    if d.get("kind") == "output" and d.get("action") == 0 and actions[0].name != mech.clock:
+                        d["action"] = finder_i
+            for p, d in der.items():
+                if d.get("kind") == "output" and args[p] == cid and finder_i is not None:
+                    d["action"] = finder_i
+            actions.append(Action(name=mech.verifier, arguments=args))
+            ders.append(der)
+        return actions, ders, facts
+
+    def _reach(self, args: dict, inner_ders: dict) -> tuple[list[Action], list[dict]]:
+        acts, ders = [], []
+        why = f"tool name found in document {self.docs[0]}" if self.docs else f"the domain's tool {self.tool}"
+        for name, a, req, _role in self.an.mech.reach(self.tool, args):
+            acts.append(Action(name=name, arguments=a, requestor=req))
+            if name == self.tool:
+                ders.append(dict(inner_ders))
+                continue
+            d = {}
+            for k, v in a.items():
+                d[k] = _json_derivation(inner_ders) if v == json.dumps(args) else {"kind": "literal", "why": why}
+            ders.append(d)
+        return acts, ders
+
+    def _search(self, rows, cid, rng, opening: list[Action]):
+        """Trials of the write call: the first that replays cleanly and changes the state."""
+        view = self.an.view
+        ps, req = self._params()
+        crow = rows[view.customer_table][cid]
+        active = list(req)
+        ctxw = words(self.tool) | words(self.desc)
+        anchor_param = next(
+            (p for p in active if id_tables(view, p, ctxw) and id_tables(view, p, ctxw)[0] != view.customer_table),
+            None,
+        )
+        anchors: list[tuple[str, str, dict] | None] = [None]
+        if anchor_param:
+            t = id_tables(view, anchor_param, ctxw)[0]
+            anchors = [(t, rid, row) for rid, row in rows.get(t, {}).items()]
+            rng.shuffle(anchors)
+            anchors = anchors[:3]
+        for col, v in self._mutations.items():
+            for a in anchors:
+                if a and col in a[2]:
+                    a[2][col] = v
+        trials = 0
+        for anchor in anchors:
+            mutated: dict[str, list] = {}
+            chosen: dict[str, Cand] = {}
+            cands: dict[str, list[Cand]] = {}
+            for p in active:
+                cands[p] = self._candidates(p, ps[p], rows, crow, cid, anchor, chosen, rng)
+                if not cands[p]:
+                    return None
+                chosen[p] = cands[p][0]
+            idx = dict.fromkeys(active, 0)
+            rr = 0
+            while trials < MAX_TRIALS:
+                trials += 1
+                args = {p: cands[p][idx[p]].value for p in active}
+                acts, _ = self._reach(args, {})
+                outs, changed = self.an.run(rows, opening + acts, self._meta(opening + acts))
+                bad = [o for o, e in outs if e]
+                if not bad and changed[-1]:
+                    return anchor, {p: cands[p][idx[p]] for p in active}
+                if not bad:
+                    err = "no change"
+                else:
+                    err = bad[0]
+                    if any(e for o, e in outs[: len(opening)]):
+                        return None  # the opening fails: another donor
+                errw = words(err)
+                new_opt = [p for p in ps if p not in active and p in err]
+                if new_opt:
+                    for p in new_opt:
+                        active.append(p)
+                        cands[p] = self._candidates(p, ps[p], rows, crow, cid, anchor, chosen, rng)
+                        idx[p] = 0
+                    continue
+                blamed = [
+                    p
+                    for p in active
+                    if (p in err or (isinstance(args[p], str) and len(args[p]) >= 3 and args[p] in err))
+                    and idx[p] + 1 < len(cands[p])
+                ]
+                lits = literals(err)
+                for p in blamed:
+                    if ps[p].get("type", "string") == "string":
+                        have = {json.dumps(c.value) for c in cands[p]}
+                        add = [
+                            Cand(x, "literal", {"why": f"a value {self.tool} names"})
+                            for x in lits
+                            if json.dumps(x) not in have and x != args[p]
+                        ]
+                        cands[p][idx[p] + 1 : idx[p] + 1] = add
+                if blamed:
+                    idx[blamed[0]] += 1
+                    continue
+                if anchor and self._repair(anchor, err, errw, lits, mutated):
+                    continue
+                movable = [p for p in active if idx[p] + 1 < len(cands[p])]
+                if not movable:
+                    break
+                p = movable[rr % len(movable)]
+                rr += 1
+                idx[p] += 1
+        return None
+
+    def _repair(self, anchor, err, errw, lits, mutated) -> bool:
+        """Set a field of the anchor record that the error blames to a value the tool names."""
+        t, rid, row = anchor
+        view = self.an.view
+        for col in row:
+            if col == view.id_column.get(t) or not (col in err or (words(col) and words(col) <= errw)):
+                continue
+            if col not in mutated:
+                seen = view.distinct(t, col)
+                named = literals(self.desc) + lits
+                opts = [x for x in named if x in seen] + [x for x in named if x not in seen] + seen
+                mutated[col] = [x for x in dict.fromkeys(opts) if x != row.get(col)]
+            if mutated[col]:
+                row[col] = mutated[col].pop(0)
+                self._mutations[col] = row[col]
+                return True
+        return False
+
+    def _meta(self, actions: list[Action]) -> dict[str, Any]:
+        user = sorted({a.name for a in actions if a.requestor == "user"})
+        return {"user_tools": user} if user else {}
+
+    def _lookups(self, rows, cid, opening, write_args, cands) -> tuple[list[Action], list[dict]]:
+        """Read calls whose outputs hold the record ids the write names (the agent cannot know them)."""
+        view, mech = self.an.view, self.an.mech
+        acts: list[Action] = []
+        ders: list[dict] = []
+        known = {cid: view.customer_key}
+        for p, c in cands.items():
+            if c.source != "db" or c.value == cid or c.where.get("column") != view.id_column.get(c.where.get("table")):
+                continue
+            target_table = c.where["table"]
+            for name, t in mech.tools.items():
+                tps = params_of(t)
+                if t.side != "agent" or not mech.is_read(name) or name in mech.mechanic_names() or len(tps) != 1:
+                    continue
+                (q,) = tps
+                fill = next((v for v, col in known.items() if q == col or (words(q) - {"id"}) <= words(col)), None)
+                if fill is None or name == (self.an.finder or ("",))[0]:
+                    continue
+                if self.an.lookups.get(target_table, (name,))[0] != name:
+                    continue
+                old = self.tool
+                self.tool = name
+                la, _ = self._reach({q: fill}, {})
+                self.tool = old
+                outs, _ = self.an.run(rows, opening + acts + la)
+                if not outs[-1][1] and str(c.value) in outs[-1][0]:
+                    self.an.lookups.setdefault(target_table, (name, q))
+                    src = next(i for i, a in enumerate(opening) if fill in json.dumps(a.arguments)) if opening else None
+                    inner = {q: {"kind": "output", "action": src} if src is not None else {"kind": "fact", "key": q}}
+                    base = len(opening) + len(acts)
+                    for a in la:
+                        acts.append(a)
+                        d = {}
+                        for k, v in a.arguments.items():
+                            d[k] = (
+                                inner[q]
+                                if v == fill
+                                else _json_derivation(inner)
+                                if v == json.dumps({q: fill})
+                                else {"kind": "literal", "why": f"read tool {name} of the domain"}
+                            )
+                        ders.append(d)
+                    known[str(c.value)] = c.where["column"]
+                    cands[p] = Cand(c.value, "output", {"action": base + len(la) - 1})
+                    break
+        return acts, ders
+
+    # --- instantiate -----------------------------------------------------------------------------------
+    def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
+        view = self.an.view
+        if view.customer_table is None:
+            raise ValueError(f"{self.tool}: the domain has no customer table the generic templates can clone.")
+        rng = random.Random(int(short_hash(plan.id, plan.seed, self.tool, n=12), 16))
+        tag = ctx.ids.token(plan.id) if isinstance(ctx.ids, IdAllocator) else plan.id
+        donors = self._good_donors + [d for d in view.customers() if d not in self._good_donors]
+        head, rest = donors[: len(self._good_donors)], donors[len(self._good_donors) :]
+        rng.shuffle(head)
+        rng.shuffle(rest)
+        for donor in (head + rest)[: MAX_DONORS + len(head)]:
+            cid, ident, rows = clone_customer(view, donor, f"{tag}:{donor}", rng)
+            crow = rows[view.customer_table][cid]
+            opening, oders, facts = self._opening(rows, cid, crow)
+            found = self._search(rows, cid, rng, opening)
+            if found is None:
+                continue
+            anchor, cands = found
+            if donor not in self._good_donors:
+                self._good_donors.append(donor)
+            return self._draft(plan, rows, cid, crow, opening, oders, facts, cands, ident)
+        self.failures["no working arguments"] += 1
+        raise ValueError(f"{self.tool}: no trial replayed without an error for plan {plan.id}.")
+
+    def _draft(self, plan, rows, cid, crow, opening, oders, facts, cands, ident) -> Draft:
+        look, lders = self._lookups(rows, cid, opening, None, cands)
+        prefix = opening + look
+        inner: dict[str, Any] = {}
+        say: dict[str, Any] = {}
+        args = {p: c.value for p, c in cands.items()}
+        for p, c in cands.items():
+            if c.source == "output":
+                inner[p] = {"kind": "output", "action": c.where["action"]}
+            elif c.source == "db":
+                idc = self.an.view.id_column.get(c.where["table"]) or "id"
+                src = next((i for i, a in enumerate(prefix) if str(c.value) in json.dumps(a.arguments)), None)
+                if c.value == cid and src is not None:
+                    inner[p] = (
+                        {"kind": "output", "action": src}
+                        if prefix[src].name != self.an.mech.verifier
+                        else (oders[src].get(next(iter(k for k, v in prefix[src].arguments.items() if v == cid))))
+                    )
+                elif c.where.get("column") != idc and identity_kind(c.where.get("column", "")):
+                    inner[p] = {"kind": "fact", "key": fact_key(c.where["column"])}
+                else:
+                    inner[p] = {"kind": "db", "table": c.where["table"], "key": {idc: c.where["rid"]},
+                                "column": c.where["column"]}  # fmt: skip
+                    if c.where.get("column") != idc:
+                        key = fact_key(p)
+                        facts[key] = str(c.value)
+                        say[p] = c.value
+            elif c.source in ("literal", "enum"):
+                inner[p] = {"kind": "enum"} if c.source == "enum" else {"kind": "literal", "why": c.where["why"]}
+                say[p] = c.value
+            else:
+                key = fact_key(p)
+                facts[key] = json.dumps(c.value) if isinstance(c.value, bool) else str(c.value)
+                inner[p] = {"kind": "fact", "key": key}
+                say[p] = c.value
+        acts, rders = self._reach(args, inner)
+        actions = prefix + acts
+        outs, changed = self.an.run(rows, actions, self._meta(actions))
+        if any(e for _, e in outs) or not changed[-1]:
+            self.failures["final chain fails"] += 1
+            raise ValueError(f"{self.tool}: the final chain does not replay cleanly for plan {plan.id}.")
+        init, meta = self.an.view.patch(rows)
+        meta.update(self._meta(actions))
+        draft = Draft(
+            initial_state=init,
+            actions=actions,
+            derivations=oders + lders + rders,
+            facts=facts,
+            asks=[{"intent": self.intent, "say": say, "claims": {}}],
+            persona={"name": ident.name},
+            expect_no_change=False,
+            required_documents=self.docs[:1],
+            intent_query=self.intent,
+            decisive=[],
+            tags=["generic", self.tool],
+            description=f"{self.tool} for a new customer ({plan.id}).",
+        )
+        draft.metadata = meta  # type: ignore[attr-defined]  # the benchmark layout's initial state
+        return draft
+
+
+def templates(domain: Any, entity_graph: Any = None, tool_graph: Any = None) -> dict[str, GenericTemplate]:
+    """One template per write tool of ``domain`` (the tool graph's write tools when one is given)."""
+    an = Analysis.of(domain)
+    allowed = None
+    if tool_graph is not None and hasattr(tool_graph, "write_tools"):
+        try:
+            allowed = set(tool_graph.write_tools()) or None
+        except Exception:  # noqa: BLE001 - an unusable graph falls back to the schema analysis
+            allowed = None
+    out = {}
+    for name in an.mech.write_tools(allowed):
+        t = GenericTemplate(name, an)
+        out[t.name] = t
+    return out
+
+
+def draft_task(domain: Any, draft: Draft, plan: Plan) -> Task:
+    """A draft worded by the template backend (a stand-in for the synthesizer, for checks and benchmarks)."""
+    name = draft.persona.get("name", "a customer")
+    ask = draft.asks[0] if draft.asks else {"intent": plan.intent, "say": {}}
+    details = "; ".join(f"{fact_key(k)}: {json.dumps(v) if isinstance(v, bool) else v}" for k, v in ask["say"].items())
+    request = f"Hi, I'm {name}. I'd like you to {ask['intent'][0].lower()}{ask['intent'][1:]}."
+    if details:
+        request += f" Details: {details}."
+    meta = dict(getattr(draft, "metadata", {}) or {})
+    meta["synthesis"] = {"plan": plan.to_dict(), "derivations": draft.derivations, "intent_query": draft.intent_query}
+    return Task(
+        id=f"synth-{plan.id}",
+        scenario=Scenario(
+            persona=f"{name}, a customer.",
+            requests=[request],
+            facts=draft.facts,
+            instructions=f"You are {name}. {request} Give your details when asked.",
+        ),
+        initial_state=draft.initial_state,
+        actions=draft.actions,
+        expect_no_change=draft.expect_no_change,
+        required_documents=draft.required_documents,
+        tags=draft.tags,
+        metadata=meta,
+    )
+
+
+def synthesize(
+    domain: Any, n: int, *, seed: int = 0, tool_graph: Any = None, entity_graph: Any = None, play: bool = True
+) -> tuple[list[Task], dict[str, Any]]:
+    """``n`` plans round-robin over the generic templates, each instantiated, worded and checked.
+
+    Returns:
+        The verified tasks (no two with the same chain) and statistics: ``tried``, ``verified``,
+        ``tools`` (verified tasks per write tool), ``failures`` (per tool and reason), ``seconds``.
+    """
+    from tau_env.checker import task_problems
+
+    start = time.perf_counter()
+    tpls = templates(domain, entity_graph, tool_graph)
+    names = sorted(tpls)
+    ctx = SynthContext(domain, entity_graph, tool_graph, IdAllocator(f"g{seed}"), random.Random(seed))
+    tasks: list[Task] = []
+    sigs: set[str] = set()
+    fails: Counter[str] = Counter()
+    per_tool: Counter[str] = Counter()
+    for i in range(n):
+        tpl = tpls[names[i % len(names)]] if names else None
+        if tpl is None:
+            break
+        plan = Plan(id=f"g{seed}-{i}", template=tpl.name, intent=tpl.intent, tools=list(tpl.tools), seed=seed)
+        try:
+            draft = tpl.instantiate(plan, ctx)
+        except ValueError:
+            fails[f"{tpl.tool}: no draft"] += 1
+            continue
+        task = draft_task(domain, draft, plan)
+        sig = chain_signature(task)
+        problems = task_problems(domain.with_tasks([task]), task, play=play)
+        if problems or sig in sigs:
+            fails[f"{tpl.tool}: {'duplicate' if not problems else 'check'}"] += 1
+            continue
+        sigs.add(sig)
+        tasks.append(task)
+        per_tool[tpl.tool] += 1
+    secs = time.perf_counter() - start
+    return tasks, {
+        "tried": n,
+        "verified": len(tasks),
+        "templates": len(names),
+        "tools": dict(per_tool),
+        "distinct_tools": len(per_tool),
+        "failures": dict(fails),
+        "seconds": secs,
+        "seconds_per_verified": secs / max(1, len(tasks)),
+    }
+
+
+def _ids_of(task: Task) -> set[str]:
+    """Customer and record ids a task names: its initial rows' ids and its id-like arguments."""
+    out: set[str] = set()
+    for _t, table in ((task.metadata or {}).get("agent_data") or {}).items():
+        out.update(((table or {}).get("data") or {}).keys())
+    for rows in (task.initial_state or {}).values():
+        for r in rows:
+            out.update(str(v) for k, v in r.items() if k.endswith("_id") and v)
+    for a in task.actions:
+        args = dict(a.arguments)
+        for k in ("arguments",):
+            if isinstance(args.get(k), str):
+                try:
+                    args.update(json.loads(args[k]))
+                except (ValueError, TypeError):
+                    pass
+        out.update(str(v) for k, v in args.items() if (k.endswith("_id") or k.endswith("_ids")) and v)
+    return out
+
+
+def leakage(tasks: list[Task], benchmark: list[Task]) -> list[str]:
+    """Why any of ``tasks`` leaks ``benchmark`` (the evaluation set): a shared chain signature, or a
+    shared customer or record id. Empty when nothing leaks.
+    """
+    sigs = {chain_signature(t): t.id for t in benchmark}
+    ids: dict[str, str] = {}
+    for t in benchmark:
+        for i in _ids_of(t):
+            ids.setdefault(i, t.id)
+    out = []
+    for t in tasks:
+        s = chain_signature(t)
+        if s in sigs:
+            out.append(f"{t.id}: same chain as {sigs[s]}")
+        for i in sorted(_ids_of(t) & set(ids)):
+            out.append(f"{t.id}: id {i!r} also in {ids[i]}")
+    return out
