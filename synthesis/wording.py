@@ -79,7 +79,7 @@ PATTERNS: dict[str, list[str]] = {
     ],
     "refund_fee": [
         "I was charged {fee_text}{when_text}. Could you refund it?",
-        "Can you reverse the {fee_text}{when_text}, please?",
+        "Can you reverse {fee_text}{when_text}, please?",
         "I'd like {fee_text}{when_text} refunded.",
         "There's a fee on my account that I'd like taken off. Can you look?",
         "I think I was charged some fee recently. Can you refund it?",
