@@ -158,6 +158,18 @@ class GenericTemplate(BaseTemplate):
         self.failures: Counter[str] = Counter()
         self._good_donors: list[str] = []
         self._mutations: dict[str, Any] = {}  # column -> value that made a trial pass before
+        #: Set to a list to record each trial (anchor id, arguments, error) while debugging.
+        self.trace: list | None = None
+
+    def _anchor_tables(self) -> list[str]:
+        """The tables the write's first record argument may name (a donor must own rows there)."""
+        view = self.an.view
+        ctxw = words(self.tool) | words(self.desc)
+        for p in self._params()[1]:
+            tables = id_tables(view, p, ctxw)
+            if tables and tables[0] != view.customer_table and p != view.customer_key:
+                return tables[:2]
+        return []
 
     # --- candidates --------------------------------------------------------------------------------
     def _params(self) -> tuple[dict[str, dict], list[str]]:
@@ -202,8 +214,10 @@ class GenericTemplate(BaseTemplate):
             rng.shuffle(lits)
             out += [Cand(x, "literal", {"why": f"named in {self.tool}'s description of {p}"}) for x in lits]
         srcs = ([anchor] if anchor else []) + [(view.customer_table, cid, crow)]
+        if identity_kind(p):
+            srcs = srcs[::-1]
         for t, rid, row in srcs:
-            for col in column_matches(p, row)[:2]:
+            for col in column_matches(p, row, spec)[:2]:
                 for v in self._shaped(p, row[col], desc, spec):
                     out.append(Cand(v, "db", {"table": t, "rid": rid, "column": col}))
         if not out and spec.get("type", "string") == "string" and lits:
@@ -211,11 +225,16 @@ class GenericTemplate(BaseTemplate):
         if not out and spec.get("type", "string") == "string":
             for t, rs in rows.items():  # a column elsewhere that names the same thing (a product type)
                 for row in list(rs.values())[:3]:
-                    for col in column_matches(p, row)[:1]:
+                    for col in column_matches(p, row, spec)[:1]:
                         if isinstance(row[col], str) and row[col] and col != view.id_column.get(t):
                             out.append(Cand(row[col], "fact"))
-        if "digit" in words(p) | words(desc) and spec.get("type", "string") == "string" and not out:
-            n = 3 if "3" in words(p) | words(desc) else 4
+        pdw = words(p) | words(desc)
+        if (
+            any(w.startswith("digit") or w == "last4" for w in pdw)
+            and spec.get("type", "string") == "string"
+            and not out
+        ):
+            n = 3 if "3" in pdw else 4
             out.append(Cand("".join(str(rng.randint(0, 9)) for _ in range(n)), "fact"))
         out += default_candidates(p, spec, desc, rng, self.an.domain.clock)
         seen, uniq = set(), []
@@ -328,13 +347,14 @@ class GenericTemplate(BaseTemplate):
         )
         anchors: list[tuple[str, str, dict] | None] = [None]
         if anchor_param:
-            t = id_tables(view, anchor_param, ctxw)[0]
-            anchors = [(t, rid, row) for rid, row in rows.get(t, {}).items()]
-            rng.shuffle(anchors)
-            anchors = anchors[:3]
-        for col, v in self._mutations.items():
+            anchors = []
+            for t in id_tables(view, anchor_param, ctxw)[:2]:
+                some = [(t, rid, row) for rid, row in rows.get(t, {}).items()]
+                rng.shuffle(some)
+                anchors += some[:3]
+        for (t, col), v in self._mutations.items():
             for a in anchors:
-                if a and col in a[2]:
+                if a and a[0] == t and col in a[2]:
                     a[2][col] = v
         trials = 0
         for anchor in anchors:
@@ -354,6 +374,8 @@ class GenericTemplate(BaseTemplate):
                 acts, _ = self._reach(args, {})
                 outs, changed = self.an.run(rows, opening + acts, self._meta(opening + acts))
                 bad = [o for o, e in outs if e]
+                if self.trace is not None:
+                    self.trace.append((anchor[1] if anchor else None, args, bad[:1] or changed[-1:]))
                 if not bad and changed[-1]:
                     return anchor, {p: cands[p][idx[p]] for p in active}
                 if not bad:
@@ -370,15 +392,32 @@ class GenericTemplate(BaseTemplate):
                         cands[p] = self._candidates(p, ps[p], rows, crow, cid, anchor, chosen, rng)
                         idx[p] = 0
                     continue
-                blamed = [
+                low = err.lower()
+                lits = literals(err)
+                ref = next(
+                    ((t, args[anchor_param], rows[t][args[anchor_param]]) for t in rows
+                     if anchor_param and args.get(anchor_param) in rows[t]),
+                    None,
+                )  # fmt: skip
+                target = self._blamed_row(rows, err) or ref or anchor
+                if target and "not found" not in low and self._repair(target, err, errw, lits, mutated):
+                    continue
+                named = [
                     p
                     for p in active
-                    if (p in err or (isinstance(args[p], str) and len(args[p]) >= 3 and args[p] in err))
-                    and idx[p] + 1 < len(cands[p])
+                    if p in err
+                    or p.replace("_", " ") in low
+                    or (isinstance(args[p], str) and len(args[p]) >= 3 and args[p] in err)
                 ]
-                lits = literals(err)
+                blamed = [p for p in named if idx[p] + 1 < len(cands[p]) or "number" in errw]
                 for p in blamed:
-                    if ps[p].get("type", "string") == "string":
+                    if ("number" in errw or "numeric" in errw) and not isinstance(args[p], (int, float)):
+                        nums = self._shaped(p, args[p], "", {"type": "number"}) if isinstance(args[p], str) else []
+                        nums += [
+                            c.value for c in default_candidates(p, {"type": "number"}, "", rng, self.an.domain.clock)
+                        ]
+                        cands[p][idx[p] + 1 : idx[p] + 1] = [Cand(v, "fact") for v in nums]
+                    elif ps[p].get("type", "string") == "string":
                         have = {json.dumps(c.value) for c in cands[p]}
                         add = [
                             Cand(x, "literal", {"why": f"a value {self.tool} names"})
@@ -386,10 +425,9 @@ class GenericTemplate(BaseTemplate):
                             if json.dumps(x) not in have and x != args[p]
                         ]
                         cands[p][idx[p] + 1 : idx[p] + 1] = add
+                blamed = [p for p in blamed if idx[p] + 1 < len(cands[p])]
                 if blamed:
                     idx[blamed[0]] += 1
-                    continue
-                if anchor and self._repair(anchor, err, errw, lits, mutated):
                     continue
                 movable = [p for p in active if idx[p] + 1 < len(cands[p])]
                 if not movable:
@@ -399,21 +437,37 @@ class GenericTemplate(BaseTemplate):
                 idx[p] += 1
         return None
 
-    def _repair(self, anchor, err, errw, lits, mutated) -> bool:
-        """Set a field of the anchor record that the error blames to a value the tool names."""
-        t, rid, row = anchor
+    def _blamed_row(self, rows, err):
+        """The record an error names by its id (``Debit card 'X' is already active``), if any."""
+        for t, rs in rows.items():
+            for rid, row in rs.items():
+                if len(rid) >= 4 and rid in err and t != self.an.view.customer_table:
+                    return (t, rid, row)
+        return None
+
+    def _repair(self, target, err, errw, lits, mutated) -> bool:
+        """Set a field of a record that the error blames (by name, or by its value) to a value the
+        tool's description or the error names, else to another value the column holds.
+        """
+        t, rid, row = target
         view = self.an.view
+        low = err.lower()
         for col in row:
-            if col == view.id_column.get(t) or not (col in err or (words(col) and words(col) <= errw)):
+            v = row.get(col)
+            by_value = isinstance(v, str) and len(v) >= 3 and re.search(rf"\b{re.escape(v.lower())}\b", low)
+            if col == view.id_column.get(t) or not (col in err or (words(col) and words(col) <= errw) or by_value):
                 continue
-            if col not in mutated:
+            key = (t, rid, col)
+            if key not in mutated:
                 seen = view.distinct(t, col)
                 named = literals(self.desc) + lits
-                opts = [x for x in named if x in seen] + [x for x in named if x not in seen] + seen
-                mutated[col] = [x for x in dict.fromkeys(opts) if x != row.get(col)]
-            if mutated[col]:
-                row[col] = mutated[col].pop(0)
-                self._mutations[col] = row[col]
+                lower = {str(x).lower(): x for x in seen}
+                opts = [lower[x.lower()] for x in named if x.lower() in lower]
+                opts += [x for x in named if x.lower() not in lower and not by_value] + seen
+                mutated[key] = [x for x in dict.fromkeys(opts) if x != v]
+            if mutated[key]:
+                row[col] = mutated[key].pop(0)
+                self._mutations[(t, col)] = row[col]
                 return True
         return False
 
@@ -475,10 +529,17 @@ class GenericTemplate(BaseTemplate):
             raise ValueError(f"{self.tool}: the domain has no customer table the generic templates can clone.")
         rng = random.Random(int(short_hash(plan.id, plan.seed, self.tool, n=12), 16))
         tag = ctx.ids.token(plan.id) if isinstance(ctx.ids, IdAllocator) else plan.id
-        donors = self._good_donors + [d for d in view.customers() if d not in self._good_donors]
+        need = self._anchor_tables()
+        owners = [d for d in view.customers() if not need or any(view.owned_rows(d).get(t) for t in need)]
+        owners.sort(key=lambda d: not need or not view.owned_rows(d).get(need[0]))
+        donors = self._good_donors + [d for d in owners if d not in self._good_donors]
         head, rest = donors[: len(self._good_donors)], donors[len(self._good_donors) :]
         rng.shuffle(head)
+        first = [d for d in rest if not need or view.owned_rows(d).get(need[0])]
+        rest = [d for d in rest if d not in first]
+        rng.shuffle(first)
         rng.shuffle(rest)
+        rest = first + rest
         for donor in (head + rest)[: MAX_DONORS + len(head)]:
             cid, ident, rows = clone_customer(view, donor, f"{tag}:{donor}", rng)
             crow = rows[view.customer_table][cid]

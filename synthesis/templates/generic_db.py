@@ -98,7 +98,7 @@ class DBView:
     benchmark_layout: bool
     customer_table: str | None = None
     customer_key: str | None = None
-    _refs: dict[str, list[tuple[str, str]]] = field(default_factory=dict, repr=False)
+    _owned: dict[tuple[str, int], dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, domain: Any) -> DBView:
@@ -156,7 +156,11 @@ class DBView:
 
     def owned_rows(self, customer_id: str, depth: int = 2) -> dict[str, dict[str, dict[str, Any]]]:
         """The customer's row and the rows that name it or its rows (``depth`` hops), by table and id."""
+        cached = self._owned.get((customer_id, depth))
+        if cached is not None:
+            return cached
         out: dict[str, dict[str, dict[str, Any]]] = {}
+        self._owned[(customer_id, depth)] = out
         ct = self.customer_table
         if ct is None or customer_id not in self.tables[ct]:
             return out

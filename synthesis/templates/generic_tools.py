@@ -136,26 +136,34 @@ class Mechanics:
 
 
 # --- literal values named in descriptions and error texts ---------------------------------------------
-_QUOTED = re.compile(r"""['"`]([^'"`\n]{1,48})['"`]""")
+_QUOTED = re.compile(r"""(?<![A-Za-z0-9])['"`]([^'"`\n]{1,48})['"`](?![A-Za-z0-9])""")
 _CAPS = re.compile(r"\b[A-Z][A-Z_]{2,}\b")
 _SNAKE = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")
+_TOKEN = re.compile(r"^[A-Za-z][\w-]*$")
+#: Capitalised words that are prose, not values.
+_PROSE = frozenset(
+    {"NOT", "ONLY", "MUST", "AND", "THE", "FOR", "ALL", "ANY", "USD", "APY", "ATM", "PIN", "CVV", "EST", "YYYY", "YY"}
+)
 
 
 def literals(text: str) -> list[str]:
-    """Values a text names: quoted strings, ALL-CAPS words, snake_case words, and a list after a colon."""
+    """Values a text names: quoted strings first, then ALL-CAPS and snake_case words and a list after a colon."""
+    text = text or ""
     out: dict[str, None] = {}
-    for m in _QUOTED.finditer(text or ""):
+    for m in _QUOTED.finditer(text):
         out.setdefault(m.group(1).strip(), None)
-    for m in _CAPS.finditer(text or ""):
+    for m in _CAPS.finditer(text):
+        if m.group(0) not in _PROSE:
+            out.setdefault(m.group(0), None)
+    for m in _SNAKE.finditer(text):
         out.setdefault(m.group(0), None)
-    for m in _SNAKE.finditer(text or ""):
-        out.setdefault(m.group(0), None)
-    if ":" in (text or ""):
+    if ":" in text:
         tail = text.rsplit(":", 1)[1]
-        items = [x.strip(" .()") for x in re.split(r",|\bor\b", tail)]
-        if len(items) >= 2 and all(x and len(x.split()) == 1 for x in items):
+        items = [x.strip(" .()[]'\"") for x in re.split(r",|\bor\b", tail)]
+        if len(items) >= 2 and all(_TOKEN.match(x) for x in items if x):
             for x in items:
-                out.setdefault(x, None)
+                if x:
+                    out.setdefault(x, None)
     return [x for x in out if x]
 
 
@@ -183,7 +191,7 @@ def table_score(view: DBView, param: str, table: str, context_words: set[str]) -
     if score == 0:
         return 0.0
     score += 0.25 * len({w.rstrip("s") for w in context_words} & tw)
-    score -= 0.01 * len(tw - pws)
+    score -= 0.3 * len(tw - pws - {w.rstrip("s") for w in context_words})
     return score
 
 
@@ -207,20 +215,40 @@ def _format_like(value: Any, desc: str) -> list[Any]:
     return out
 
 
-def column_matches(param: str, row: dict[str, Any]) -> list[str]:
-    """Columns of ``row`` that a parameter names, best first."""
-    pw = words(param)
+def _fits(value: Any, spec: dict[str, Any]) -> bool:
+    typ = spec.get("type", "string")
+    if typ == "boolean":
+        return isinstance(value, bool)
+    if typ in ("number", "integer"):
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, (int, float)):
+            return True
+        return isinstance(value, str) and bool(re.fullmatch(r"-?\$?[\d,]+(\.\d+)?", value.strip()))
+    return isinstance(value, str)
+
+
+def column_matches(param: str, row: dict[str, Any], spec: dict[str, Any] | None = None) -> list[str]:
+    """Columns of ``row`` that a parameter names, best first: the same name, the same identity
+    (``full_name`` / ``name``), or at least half the parameter's words; with a value of its type.
+    """
+    pw = {w.rstrip("s") for w in words(param)}
     kind = identity_kind(param)
     scored = []
     for col in row:
+        if spec is not None and not _fits(row[col], spec):
+            continue
         if col == param:
             scored.append((10.0, col))
             continue
-        cw = words(col)
-        ov = len({w.rstrip("s") for w in pw} & {w.rstrip("s") for w in cw} - {"id"})
-        if kind and identity_kind(col) == kind:
-            ov += 3
-        if ov:
+        ckind = identity_kind(col)
+        if kind or ckind:
+            if kind == ckind:
+                scored.append((5.0, col))
+            continue
+        cw = {w.rstrip("s") for w in words(col)}
+        ov = len(pw & cw - {"id"})
+        if ov and ov * 2 >= len(pw):
             scored.append((ov - 0.01 * len(cw - pw), col))
     return [c for _, c in sorted(scored, key=lambda x: -x[0])]
 
