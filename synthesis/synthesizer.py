@@ -25,11 +25,9 @@ __all__ = ["build_task", "regenerate", "synthesize", "task_id", "templates_of"]
 
 def templates_of(ctx: SynthContext) -> dict[str, Template]:
     """The context's templates (built once per context)."""
-    cache = ctx.__dict__.get("_templates")
-    if cache is None:
-        cache = templates_for(ctx.domain, ctx.entity_graph, ctx.tool_graph)
-        ctx.__dict__["_templates"] = cache
-    return cache
+    if ctx.templates is None:
+        ctx.templates = templates_for(ctx.domain, ctx.entity_graph, ctx.tool_graph)
+    return ctx.templates
 
 
 def task_id(plan: Plan) -> str:

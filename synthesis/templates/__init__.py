@@ -155,6 +155,8 @@ class SynthContext:
     tool_graph: Any = None
     ids: IdAllocator = field(default_factory=IdAllocator)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    #: The templates to use (None: ``templates_for(domain)``, built on first use).
+    templates: dict[str, Any] | None = None
     #: Constant lookups the entity graph could not answer: id -> reason (for the run report).
     missing: dict[str, str] = field(default_factory=dict)
 
