@@ -242,7 +242,7 @@ def column_matches(param: str, row: dict[str, Any], spec: dict[str, Any] | None 
             scored.append((10.0, col))
             continue
         ckind = identity_kind(col)
-        if kind or ckind:
+        if kind:
             if kind == ckind:
                 scored.append((5.0, col))
             continue
