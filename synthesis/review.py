@@ -301,7 +301,7 @@ def _mentions(text: str, value: Any) -> bool:
     if len(s) < 3:
         return False
     low = text.lower()
-    if s.lower() in low:
+    if s.lower() in low or s.lower().replace("_", " ") in low:
         return True
     m = _DATE.match(s)
     if m:
@@ -313,6 +313,20 @@ def _mentions(text: str, value: Any) -> bool:
             dollars.is_integer() and re.search(rf"\${int(dollars):,}\b", low) is not None
         )
     return False
+
+
+def _features(row: dict[str, Any], s0: dict[str, list[dict[str, Any]]], keys: dict[str, str]) -> dict[str, Any]:
+    """A row's cells, and the cells of the rows it points at (``account_id`` -> the account's product)."""
+    out = dict(row)
+    for col, v in row.items():
+        if not col.endswith("_id") or col == "customer_id" or v is None:
+            continue
+        for table, rows in s0.items():
+            if keys[table] == col:
+                linked = next((r for r in rows if r.get(col) == v), None)
+                if linked is not None:
+                    out.update({f"{col}.{c}": x for c, x in linked.items() if c != col})
+    return out
 
 
 def _ambiguity(task: Task, domain: Domain, box: dict[str, Any], prov: Provenance | None) -> list[Problem]:
@@ -349,9 +363,9 @@ def _ambiguity(task: Task, domain: Domain, box: dict[str, Any], prov: Provenance
                 same = {b.arguments.get(arg) for b in task.actions if b.name == a.name}
                 if len(like) < 2 or all(r.get(keys[table]) in same for r in like):
                     continue  # one record, or the chain acts on every one of them
-                own = [
-                    v for c, v in row.items() if c != "customer_id" and all(r.get(c) != v for r in like if r is not row)
-                ]
+                mine = _features(row, s0, keys)
+                others = [_features(r, s0, keys) for r in like if r is not row]
+                own = [v for f, v in mine.items() if f != "customer_id" and all(o.get(f) != v for o in others)]
                 if not any(_mentions(text, v) for v in own):
                     out.append(
                         Problem(

@@ -207,14 +207,20 @@ def _static_problems(task: Task, domain: Domain, prov: Provenance, entity_graph:
     if task.required_documents and not query.strip():
         problems.append(problem("document_not_found", "the provenance has no intent_query to search with."))
     elif task.required_documents:
-        hits = [h.doc_id for h in domain.kb.search(query, k=SEARCH_DEPTH, method="bm25")]
+        queries = [query, *_follow_up_queries(task, domain, prov, entity_graph)]
+        found: set[str] = set()
+        for q in queries:
+            found.update(h.doc_id for h in domain.kb.search(q, k=SEARCH_DEPTH, method="bm25"))
+            if found.issuperset(task.required_documents):
+                break
         for doc in task.required_documents:
-            if doc not in hits:
+            if doc not in found:
                 problems.append(
                     problem(
                         "document_not_found",
                         f"required document {doc!r} is not among the top {SEARCH_DEPTH} BM25 hits for the "
-                        f"intent query {query!r}; make the query name what the document is about.",
+                        f"intent query {query!r}, nor for a search of a decisive rule or a tool of the chain "
+                        f"({len(queries) - 1} more queries); make the intent query name what the document is about.",
                     )
                 )
     for key in prov.user_facts:
@@ -245,6 +251,38 @@ def _static_problems(task: Task, domain: Domain, prov: Provenance, entity_graph:
             if why:
                 problems.append(_untraceable(i, action.name, arg, value, d, why))
     return problems
+
+
+def _follow_up_queries(task: Task, domain: Domain, prov: Provenance, entity_graph: Any) -> list[str]:
+    """The searches an agent makes after the intent's: each decisive rule constant (its section, name
+    and determining attributes) and each discoverable tool the chain calls (by name).
+    """
+    ids = list(prov.decisive)
+    for derivs in prov.derivations:
+        for d in derivs.values():
+            while isinstance(d, dict):
+                ids += [i for i in d.get("ids", []) if isinstance(i, str)] if isinstance(d.get("ids"), list) else []
+                d = (
+                    d.get("value")
+                    if d.get("kind") == "rule"
+                    else d.get("inputs")
+                    if d.get("kind") == "constant"
+                    else None
+                )
+    queries = []
+    graph = entity_graph if entity_graph is not None or not ids else _entity_graph(domain)
+    for cid in dict.fromkeys(ids):
+        try:
+            c = graph.by_id(cid)
+        except (AttributeError, KeyError, TypeError):
+            continue
+        attrs = getattr(c, "attributes", {}) or {}
+        words = [attrs.get("section", ""), getattr(c, "name", "")]
+        words += [str(v) for k, v in attrs.items() if k not in ("section", "row", "column", "label", "quote")]
+        queries.append(" ".join(w for w in words if w))
+    box = domain.toolbox("all").tools
+    queries += [a.name for a in task.actions if a.name in box and box[a.name].discoverable]
+    return list(dict.fromkeys(q for q in queries if q.strip()))
 
 
 def _checker_static(domain: Domain, task: Task) -> list[str]:

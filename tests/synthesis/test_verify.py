@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -81,6 +81,8 @@ def make_good_task(bank: Domain) -> dict[str, Any]:
 class Const:
     id: str
     value: Any
+    name: str = ""
+    attributes: dict[str, str] = field(default_factory=dict)
 
 
 class FakeGraph:
@@ -94,6 +96,9 @@ class FakeGraph:
 
 
 GRAPH = FakeGraph(fees__card__lost=0, fees__card__expedited=2500, fees__card__damaged=1000, rates__fx=3.0)
+GRAPH.constants["fees/card/lost"] = Const(
+    "fees/card/lost", 0, "Lost or stolen card / Standard", {"section": "Debit card replacement", "tier": "standard"}
+)
 
 
 def checks(problems: list[Problem]) -> list[str]:
@@ -189,10 +194,25 @@ def test_missing_document(bank, good_task):
 
 
 def test_document_not_found_by_the_intent_query(bank, good_task):
-    t = broken(good_task, lambda t: t["metadata"]["synthesis"].update(intent_query="wire transfer to a beneficiary"))
+    # a document that exists but that neither the intent query nor a search of the chain's tool finds
+    t = broken(good_task, lambda t: t["required_documents"].append("mortgage_products_overview"))
     problems = run(t, bank)
-    assert set(checks(problems)) == {"document_not_found"}
-    assert any("procedure_card_replacement" in p.message for p in problems)
+    assert checks(problems) == ["document_not_found"]
+    assert "mortgage_products_overview" in problems[0].message
+
+
+def test_document_found_by_a_follow_up_search(bank, good_task):
+    # the intent query finds the tiers overview only; the search for the tool the chain unlocks finds
+    # the procedure, the search for the decisive fee constant finds the fee schedule
+    query = "fee schedule relationship tiers"
+    hits = [h.doc_id for h in bank.kb.search(query, k=10)]
+    assert "customer_tiers_overview" in hits
+    assert "procedure_card_replacement" not in hits and "fee_schedule_2025" not in hits
+    t = broken(good_task, lambda t: t["metadata"]["synthesis"].update(intent_query=query))
+    assert run(t, bank) == []
+    t["metadata"]["synthesis"]["derivations"][5]["fee_cents"] = {"kind": "literal"}  # no decisive constant left
+    problems = run(t, bank)
+    assert checks(problems) == ["document_not_found"] and "fee_schedule_2025" in problems[0].message
 
 
 def test_document_not_found_without_any_query(bank, good_task):
