@@ -18,11 +18,12 @@ import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 #: Determining attributes: what makes two constants with one name different rules.
-DETERMINING = ("tier", "product", "channel", "reason", "delivery")
+DETERMINING = ("tier", "product", "channel", "reason", "delivery", "segment", "subject")
 
 TIER_WORDS = ("standard", "preferred", "private", "gold", "silver", "platinum", "bronze", "premium", "elite")
 CHANNELS = {
@@ -51,6 +52,9 @@ _STOP = set(
 )
 _SYNONYMS = {"cost": "fee", "charge": "fee", "price": "fee", "fees": "fee", "costs": "fee", "charges": "fee"}
 
+_VALUE_WORDS = {"none", "free", "included", "no", "yes", "unlimited", "not available", "variable", "fixed", "required"}
+_PRODUCT_NOUNS = r"\b(?:account|card|loan|checking|savings|plan|cd|certificate|mortgage|line of credit)\b"
+_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
 _TOKEN = re.compile(
     r"(?P<money>(?<![\w$])\$\s?(?P<dollars>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<cents>\d{1,2}))?(?![\d,]*\d)"
     r"(?:\s?(?P<mult>k|K|million|billion)\b)?)"
@@ -64,6 +68,14 @@ _TOKEN = re.compile(
     r"(?P<pct>\s?%|\s?percent\b)?"
     r"(?P<unit>\s?-?\s?(?:business |calendar )?(?:day|month|year|week|hour|minute)s?\b)?)"
     r"|(?P<code>`(?P<ctext>[^`\n]{1,60})`)"
+    r"|(?P<ord>(?<![\w.$/:-])(?P<on>\d{1,3})(?:st|nd|rd|th)\b)"
+    rf"|(?P<word>\b(?P<wn>(?<!the )(?<!new )(?<!out )one|{'|'.join(_WORDS[:1] + _WORDS[2:])})\b(?= [a-z])"
+    r"(?! (?:of|or|another|first|by|at|and|to|in|can|is|may|will|must|that|which|who|replaces)\b)"
+    r"(?P<wunit>\s?-?\s?(?:business |calendar )?(?:day|month|year|week|hour|minute)s?\b)?)"
+    r"|(?P<swift>(?-i:\b(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z]{3})[A-Z][A-Z0-9]{5,15}\b))"
+    r"|(?P<unlimited>\b(?:no limit|unlimited)\b)"
+    r'|(?P<quoted>\("(?P<qtext>[^"\n]{1,60})"\))',
+    re.I,
 )
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _LIST = re.compile(r"^\s*(?:[-*+]|\d{1,2}[.)])\s+")
@@ -76,8 +88,13 @@ def slug(text: str) -> str:
 
 
 def plain(text: str) -> str:
-    """Markdown emphasis and code marks removed, spaces collapsed."""
-    return " ".join(re.sub(r"\*\*|__|`", "", text).split())
+    """Markdown emphasis removed (code marks kept), spaces collapsed."""
+    return " ".join(re.sub(r"\*\*|(?<!\w)__|__(?!\w)", "", text).split())
+
+
+def bare(text: str) -> str:
+    """:func:`plain` without code marks."""
+    return plain(text).replace("`", "")
 
 
 @dataclass
@@ -284,11 +301,22 @@ def _tokens(text: str, skip_spans: list[tuple[int, int]] = ()) -> list[tuple[Any
             c = g["ctext"].strip()
             if c and not re.search(r"\s(?:field|column|argument)\b", text[e : e + 12]) and not _is_tool_like(c):
                 out.append((c, "category", s, e))
+        elif g["ord"]:
+            out.append((int(g["on"]), "count", s, e))
+        elif g["word"]:
+            unit = _unit(g["wunit"]) if g["wunit"] else "count"
+            out.append((_WORDS.index(g["wn"].lower()), unit, s, e))
+        elif g["swift"]:
+            out.append((g["swift"], "code", s, e))
+        elif g["unlimited"]:
+            out.append(("unlimited", "category", s, e))
+        elif g["quoted"]:
+            out.append((g["qtext"].strip(), "category", s + 2, e - 2))
     return out
 
 
 def _is_tool_like(code: str) -> bool:
-    return bool(re.fullmatch(r"[a-z]+(?:_[a-z0-9]+)+_\d{3,}", code)) or bool(re.fullmatch(r"[A-Z]{2,}\w*", code))
+    return bool(re.fullmatch(r"[a-z]+(?:_[a-z0-9]+)+_\d{3,}", code))
 
 
 def _unit(word: str) -> str:
@@ -314,12 +342,19 @@ def _label_before(text: str, start: int) -> str:
     return " ".join(words[-4:]) or "value"
 
 
+@lru_cache(maxsize=8)
+def _names_re(names: tuple[str, ...]) -> re.Pattern | None:
+    """One pattern finding any of ``names`` (longest first) as whole words."""
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b") if names else None
+
+
 class _Doc:
     """Per-document state: products, tiers, id allocation."""
 
-    def __init__(self, doc: Any, products: dict[str, str], tiers: tuple[str, ...]):
+    def __init__(self, doc: Any, products: dict[str, str], tiers: tuple[str, ...], family: bool = False):
         self.doc = doc
         self.products = products
+        self.product_re = _names_re(tuple(sorted(products, key=len, reverse=True)))
         self.tiers = tiers
         self.ids: Counter[str] = Counter()
         title = doc.title or ""
@@ -330,14 +365,18 @@ class _Doc:
         t = self.find_tiers(title, capital=True)
         if len(t) == 1:
             self.doc_attrs["tier"] = t[0]
+        if re.search(r"\bbusiness\b", f"{doc.id.replace('_', ' ')} {title}", re.I):
+            self.doc_attrs["segment"] = "business"
+        if family:  # one of a numbered series of documents about one subject (doc_x_001, doc_x_002, ...)
+            self.doc_attrs["subject"] = re.sub(r"_\d+$", "", doc.id)
 
     def find_products(self, text: str) -> list[str]:
-        low = text.lower()
-        return sorted({code for name, code in self.products.items() if re.search(rf"\b{re.escape(name)}\b", low)})
+        if self.product_re is None:
+            return []
+        return sorted({self.products[m.group(0)] for m in self.product_re.finditer(text.lower())})
 
     def product_spans(self, text: str) -> list[tuple[int, int]]:
-        low = text.lower()
-        return [m.span() for name in self.products for m in re.finditer(rf"\b{re.escape(name)}\b", low)]
+        return [m.span() for m in self.product_re.finditer(text.lower())] if self.product_re else []
 
     def find_tiers(self, text: str, capital: bool = False) -> list[str]:
         found = set()
@@ -373,11 +412,13 @@ class _Doc:
             ch = [c for c, pat in CHANNELS.items() if re.search(pat, line, re.I)]
             if len(ch) == 1:
                 a["channel"] = ch[0]
+        for k in ("segment", "subject"):
+            if k in self.doc_attrs:
+                a.setdefault(k, self.doc_attrs[k])
         if "reason" not in a:
-            r = [r for r in REASONS if re.search(rf"\b{r.replace('_', '[ _]')}\b", line, re.I)]
-            if 1 <= len(r) <= 2 and ("reason" in base.get("_from", "") or len(r) == 1):
+            r = [r for r in REASONS if re.search(rf"\b{r.replace('_', '[ _]')}\b", a.get("label", ""), re.I)]
+            if r:
                 a["reason"] = "|".join(r)
-        a.pop("_from", None)
         return a
 
 
@@ -392,9 +433,13 @@ def _is_separator(cells: list[str]) -> bool:
     return bool(cells) and all(re.fullmatch(r":?-{1,}:?", c.replace(" ", "")) for c in cells if c) and any(cells)
 
 
-def rule_extract(doc: Any, products: dict[str, str], tiers: tuple[str, ...] = TIER_WORDS) -> list[Constant]:
-    """The constants of one document (``products``: lower-case name -> product code)."""
-    st = _Doc(doc, products, tiers)
+def rule_extract(
+    doc: Any, products: dict[str, str], tiers: tuple[str, ...] = TIER_WORDS, *, family: bool = False
+) -> list[Constant]:
+    """The constants of one document (``products``: lower-case name -> product code; ``family``: the
+    document is one of a numbered series, whose constants carry the series as ``subject``).
+    """
+    st = _Doc(doc, products, tiers, family)
     lines = (doc.text or "").splitlines()
     section = doc.title or doc.id
     header: list[str] | None = None
@@ -405,7 +450,7 @@ def rule_extract(doc: Any, products: dict[str, str], tiers: tuple[str, ...] = TI
             continue
         h = _HEADING.match(line)
         if h:
-            section, header = plain(h.group(2)), None
+            section, header = bare(h.group(2)), None
             continue
         if line.lstrip().startswith("|"):
             cells = _table_cells(line)
@@ -416,31 +461,31 @@ def rule_extract(doc: Any, products: dict[str, str], tiers: tuple[str, ...] = TI
                 header = [""] * len(cells)
             if _is_separator(cells):
                 continue
-            out += _row_constants(st, section, header, cells, line, i)
+            out += _row_constants(st, section, header, cells, raw, i)
             continue
         header = None
         if not line.strip():
             continue
-        out += _line_constants(st, section, line, i)
+        out += _line_constants(st, section, raw, i)
     return out
 
 
 def _row_constants(st: _Doc, section: str, header: list[str], cells: list[str], line: str, i: int) -> list[Constant]:
     out = []
-    row = plain(cells[0]) if cells else ""
+    row = bare(cells[0]) if cells else ""
     row_attrs = _header_attrs(st, row)
     for j, cell in enumerate(cells):
-        col = plain(header[j]) if j < len(header) and header[j].strip() else (f"col{j + 1}" if j else "label")
+        col = bare(header[j]) if j < len(header) and header[j].strip() else (f"col{j + 1}" if j else "label")
         if j == 0 and not col.strip():
             col = "label"
         base = {"section": section, "row": row or f"row{i}", "column": col}
         base.update({k: v for k, v in _header_attrs(st, col).items()})
-        base.update({k: v for k, v in row_attrs.items() if k not in base or k == "_from"})
+        base.update({k: v for k, v in row_attrs.items() if k not in base})
         text = plain(cell)
         toks = _tokens(text, st.product_spans(text))
         name = f"{row} / {col}" if j else row
         if not toks and j and text and text not in ("-", "—", "–", "n/a", "N/A") and not st.find_products(text):
-            toks = [(text, "category", 0, len(text))]
+            toks = [(bare(text), "category", 0, len(text))]
         for value, unit, s, e in toks:
             base["quote"] = text[s:e]
             out.append(_make(st, [section, row or f"row{i}", col], name, value, unit, st.attrs(text, base, e), i, line))
@@ -467,16 +512,19 @@ def _header_attrs(st: _Doc, label: str) -> dict[str, str]:
 def _line_constants(st: _Doc, section: str, line: str, i: int) -> list[Constant]:
     body = _LIST.sub("", line, count=1)
     lab = _LABEL.match(body)
-    label = plain(lab.group(1)) if lab else None
+    label = bare(lab.group(1)) if lab else None
     rest_at = lab.end() if lab else 0
     text = plain(body)
     offset_text = plain(body[rest_at:]) if lab else text
     prefix = len(text) - len(offset_text)
     out = []
     name, last_end = None, 0
-    for value, unit, s, e in _tokens(text, st.product_spans(text)):
-        if lab and s < prefix:
-            continue  # a number inside the label itself
+    toks = _tokens(text, st.product_spans(text))
+    if lab and not any(s >= prefix for _v, _u, s, _e in toks):
+        first = re.split(r"[,;(.]", text[prefix:], maxsplit=1)[0].strip()
+        if first.lower() in _VALUE_WORDS:
+            toks = [(bare(first), "category", prefix, prefix + len(first))]
+    for value, unit, s, e in toks:
         if label:
             name = label
         elif name is None or re.search(r"[.;!?]\s", text[last_end:s]):
@@ -519,15 +567,15 @@ def _supported(item: Any, lines: list[str]) -> tuple[int, Any, str, str] | None:
         return None
     if not isinstance(quote, str) or not quote.strip() or isinstance(value, (dict, list, bool)) or value is None:
         return None
-    text = plain(lines[line - 1]).lower()
-    q = plain(quote).lower()
+    text = bare(lines[line - 1]).lower()
+    q = bare(quote).lower()
     if q not in text:
         return None
     unit = str(item.get("unit") or ("category" if isinstance(value, str) else "count"))
     if isinstance(value, str):
-        v = plain(value).lower()
-        return (line, plain(value), unit, quote) if v and v in q else None
-    toks = _tokens(plain(quote))
+        v = bare(value).lower()
+        return (line, bare(value), unit, quote) if v and v in q else None
+    toks = _tokens(bare(quote))
     if any(_same(t[0], value) for t in toks) or (
         unit == "cents" and any(_same(t[0] * 100, value) for t in toks if t[1] == "count")
     ):
@@ -581,7 +629,7 @@ def _section_at(doc: Any, line: int) -> str:
     for i, t in enumerate((doc.text or "").splitlines()[: line - 1], start=1):
         h = _HEADING.match(t)
         if h and i > 1:
-            section = plain(h.group(2))
+            section = bare(h.group(2))
     return section
 
 
@@ -628,9 +676,13 @@ def domain_products(domain: Any) -> dict[str, str]:
                 if isinstance(v, str) and k.lower() in ("product", "product_code", "product_id", "account_type"):
                     codes.add(v)
     names: dict[str, str] = {}
+    prefixes: Counter[str] = Counter()
     for d in getattr(domain, "documents", None) or []:
         if d.id.startswith("product_") and d.title:
-            names[plain(d.title).lower()] = d.id[len("product_") :]
+            names[bare(d.title).lower()] = d.id[len("product_") :]
+        head = bare(d.title or "").split(":", 1)
+        if len(head) == 2 and len(head[0].split()) <= 5 and re.search(_PRODUCT_NOUNS, head[0], re.I):
+            prefixes[head[0].strip().lower()] += 1
         header = None
         for line in (d.text or "").splitlines():
             if not line.lstrip().startswith("|"):
@@ -640,9 +692,13 @@ def domain_products(domain: Any) -> dict[str, str]:
             if header is None:
                 header = cells
             elif not _is_separator(cells) and header and re.fullmatch(r"(?i)product|account( type)?", header[0]):
-                name = plain(cells[0]).lower()
-                if name and len(name) < 40:
+                name = bare(cells[0]).lower()
+                if name and len(name) < 40 and len(name.split()) >= 2:
                     names.setdefault(name, slug(name))
+
+    for prefix, n in prefixes.items():
+        if n >= 2:  # "Silver Rewards Card: ..." titles several documents: a product
+            names.setdefault(prefix, slug(prefix))
 
     def words(s: str) -> frozenset[str]:
         return frozenset(slug(s).split("_"))
@@ -682,6 +738,8 @@ def _nodes(domain: Any, constants: list[Constant], products: dict[str, str]) -> 
     for code, name in sorted(pnames.items()):
         pat = re.compile("|".join(rf"\b{re.escape(n)}\b" for n, c in products.items() if c == code), re.I)
         where = [d.id for d in docs if pat.search(d.text or "")]
+        shown = next((m.group(0) for d in docs for m in [pat.search(d.title or "")] if m), None)
+        name = shown or next((m.group(0) for d in docs for m in [pat.search(d.text or "")] if m), name)
         nodes.append(
             {
                 "id": f"product:{code}",
@@ -719,18 +777,18 @@ def find_conflicts(constants: list[Constant]) -> tuple[list[dict[str, Any]], int
             per_doc[c.doc].add(json.dumps(c.value))
         if len(per_doc) < 2:
             continue
-        # documents that state one value for the key; several values in one document are a table, not a claim
-        single = {d: next(iter(v)) for d, v in per_doc.items() if len(v) == 1}
-        if len(set(single.values())) > 1:
-            conflicts.append(
-                {
-                    "key": {"unit": key[0], "topic": key[1], **dict(key[2])},
-                    "values": {d: json.loads(v) for d, v in sorted(single.items())},
-                    "constants": [c.id for c in cs if c.doc in single],
-                }
-            )
-        elif len(single) > 1:
+        # a document may state several values under one key (a fee and its waiver threshold): documents
+        # disagree when no value is common to all of them
+        if set.intersection(*per_doc.values()):
             agree += 1
+            continue
+        conflicts.append(
+            {
+                "key": {"unit": key[0], "topic": key[1], **dict(key[2])},
+                "values": {d: sorted(json.loads(v) for v in vs) for d, vs in sorted(per_doc.items())},
+                "constants": [c.id for c in cs],
+            }
+        )
     return conflicts, agree
 
 
@@ -741,8 +799,10 @@ def build_entity_graph(domain: Any, llm: Any = None, *, seed: int = 0) -> Entity
     products = domain_products(domain)
     tiers = _tiers(domain)
     constants: list[Constant] = []
-    for d in getattr(domain, "documents", None) or []:
-        constants += rule_extract(d, products, tiers)
+    docs = list(getattr(domain, "documents", None) or [])
+    series = Counter(re.sub(r"_\d+$", "", d.id) for d in docs if re.search(r"_\d+$", d.id))
+    for d in docs:
+        constants += rule_extract(d, products, tiers, family=series[re.sub(r"_\d+$", "", d.id)] > 1)
     stats = {"rule": len(constants), "llm_kept": 0, "llm_dropped": 0, "llm_duplicate": 0}
     if llm is not None:
         from tau_env.synthesis.llm import run_sync
