@@ -108,6 +108,7 @@ REASON_STORY = {
     "stolen": ("someone took my debit card out of my bag", "my wallet was pickpocketed with my debit card in it"),
     "damaged": ("my debit card snapped in half", "the chip on my debit card stopped working"),
 }
+CLAIMS_DOC = "claims_promises_and_prior_approvals"
 LIMIT_DOCS = ["procedure_daily_card_limits", LIMIT_DOC]
 
 
@@ -326,9 +327,20 @@ def list_txns(chain: Chain, acct: dict[str, Any], src: int) -> int:
     return chain.add("list_transactions", {"account_id": acct["account_id"]}, {"account_id": out(src)})
 
 
-def ask(intent: str, text: str, say: dict[str, Any] | None = None, claims: dict[str, Any] | None = None):
-    """A request hint; ``text`` is the template's own wording of it."""
-    return {"intent": intent, "say": dict(say or {}), "claims": dict(claims or {}), "text": text}
+def ask(
+    intent: str, text: str, say: dict[str, Any] | None = None, claims: dict[str, Any] | None = None, *alts: str
+) -> dict[str, Any]:
+    """A request hint: ``text`` (and ``alts``) are this template's phrasings; the wording backend adds the
+    claims. Every ``say`` field is optional for the phrasings (they are already written into the text).
+    """
+    say = dict(say or {})
+    return {
+        "intent": intent,
+        "say": say,
+        "claims": dict(claims or {}),
+        "patterns": [text, *alts],
+        "optional": sorted(say),
+    }
 
 
 class Built:
@@ -383,7 +395,7 @@ class CardTemplate(BaseTemplate):
             persona=b.persona or persona(plan, b.cust, rng),
             expect_no_change=not b.chain.writes(ctx.domain),
             required_documents=list(dict.fromkeys(b.docs)),
-            intent_query=b.query,
+            intent_query=b.query + (" promise already approved claimed tier" if CLAIMS_DOC in b.docs else ""),
             decisive=list(dict.fromkeys(c.id for c in b.decisive)),
             unknown=b.unknown,
             instructions_hint=b.hint,
@@ -483,11 +495,8 @@ def _lock(plan: Plan, ctx: SynthContext, rng: random.Random) -> Built:
     else:
         facts["card last 4 digits"] = card["last4"]
     if fm == "contradicting_claim":
-        claims["already_locked"] = "I locked it in the app yesterday"
-        text = (
-            "I locked my debit card in the app yesterday because I misplaced it, but I want to be sure: "
-            "please make sure it is locked."
-        )
+        claims["already_locked"] = "I already locked it in the app yesterday, but I'm not sure it worked."
+        text = "I misplaced my debit card. Please make sure it is locked."
     lc = list_cards(chain, cust)
     chain.add("lock_card", {"card_id": card["card_id"]}, {"card_id": out(lc)})
     return Built(
@@ -526,8 +535,7 @@ def _lock_refused(plan, ctx, rng) -> Built:
     list_cards(chain, cust)
     text = f"Please lock my debit card ending {card['last4']}. I don't want anyone using it."
     if plan.failure_mode == "contradicting_claim":
-        claims["status"] = "the card is still active"
-        text = f"My debit card ending {card['last4']} is still active and I want it locked right now."
+        claims["status"] = "It's still active, I used it yesterday."
     return Built(
         cust,
         chain,
@@ -560,7 +568,7 @@ def _unlock(plan, ctx, rng) -> Built:
     else:
         facts["card last 4 digits"] = card["last4"]
     if fm == "multi_doc":
-        docs = ["card_controls_lock_unlock", "procedure_card_replacement", FEE_DOC]
+        docs = ["card_controls_lock_unlock", "procedure_card_replacement"]
         text = (
             "I locked my debit card last week because I couldn't find it, but it turned up in my coat. "
             "Do I have to order a new one and pay a fee? I'd rather just use it again."
@@ -595,8 +603,8 @@ def _unlock_refused(plan, ctx, rng) -> Built:
     list_cards(chain, cust)
     text = f"I reported my debit card ending {card['last4']} {status}, but I found it. Can you unlock it?"
     if plan.failure_mode == "contradicting_claim":
-        claims["status"] = "I only locked it, I never reported it"
-        text = f"I only locked my debit card ending {card['last4']}, I never reported it. Please unlock it."
+        claims["status"] = "I only locked it myself, I never reported it."
+        text = f"I found my debit card ending {card['last4']}. Please unlock it."
     return Built(
         cust,
         chain,
@@ -693,7 +701,7 @@ def _replace(plan, ctx, rng) -> Built:
     if fm == "contradicting_claim":  # claims a better tier than the profile's; the profile's fee applies
         tier = pick_tier(plan, rng, ("standard", "preferred"))
         shipping = "expedited"
-        claims["tier"] = rng.choice([t for t in TIERS if TIERS.index(t) > TIERS.index(tier)])
+        claims["tier"] = TIER_NAME[rng.choice([t for t in TIERS if TIERS.index(t) > TIERS.index(tier)])]
     status = "locked" if reason == "lost" and rng.random() < 0.4 else "active"
     cust, card, accts = customer_with_cards(
         plan, ctx, rng, tier, rng.randint(1, 2), status, two_accounts=fm == "underspecified"
@@ -713,8 +721,7 @@ def _replace(plan, ctx, rng) -> Built:
     if fm == "multi_doc":
         docs.append(TIER_DOC[tier])
     if fm == "contradicting_claim":
-        docs += ["claims_promises_and_prior_approvals", TIER_DOC[tier]]
-        text += f" As a {TIER_NAME[claims['tier']]} client I should get the cheaper express price, right?"
+        docs += [CLAIMS_DOC]
     if plan.outcome == "clarification":
         text = f"Hi, {story}. Can you send me a replacement card?"
         facts["shipping"] = "expedited" if shipping == "expedited" else "standard"
@@ -765,16 +772,12 @@ def _replace_refused(plan, ctx, rng) -> Built:
     list_cards(chain, cust)
     text = f"I need a replacement for my debit card ending {card['last4']}, it's {status}."
     if plan.failure_mode == "contradicting_claim":
-        claims["status"] = "nobody has ordered a replacement yet"
-        text = (
-            f"My debit card ending {card['last4']} was {status} and nobody has ordered a replacement yet. "
-            "Please send one."
-        )
+        claims["status"] = "Nobody has ordered a replacement for it yet."
     return Built(
         cust,
         chain,
         [ask("replace_card", text, {"card_last4": card["last4"]}, claims)],
-        REPLACE_DOCS,
+        ["procedure_card_replacement", "card_controls_lock_unlock"],
         "replace card already reported lost stolen new card on its way",
         facts={"card last 4 digits": card["last4"], "shipping": "standard"},
         hint="If the agent says a replacement is already on its way, accept that and order nothing else.",
@@ -860,7 +863,7 @@ def _dispute(plan, ctx, rng) -> Built:
     acct = accts[-1]
     merchant = rng.choice(MERCHANTS)
     claims: dict[str, Any] = {}
-    docs = [*DISPUTE_DOCS, TIER_DOC[tier]]
+    docs = [*DISPUTE_DOCS]
     if fm == "multi_doc":  # a duplicate charge near the threshold: dispute the later one (or the higher id)
         reason = "duplicate"
         amount = amount_for(rng, tier, threshold, around=True)
@@ -881,15 +884,13 @@ def _dispute(plan, ctx, rng) -> Built:
         if fm == "contradicting_claim":  # claims a better tier; the standard rule gives no credit above it
             amount = rng.randint(threshold + 1, threshold * 6)
             claims["tier"] = rng.choice(("Preferred", "Private"))
-            docs += ["claims_promises_and_prior_approvals", "customer_tiers_overview"]
+            docs += [CLAIMS_DOC, "customer_tiers_overview"]
         else:
             amount = amount_for(rng, tier, threshold)
         target = purchase(cust, acct, rng, merchant, amount, rng.randint(1, window.value - 1))
         text = (
             f"There's a {money(amount)} charge from {merchant} on my debit card {STORY[reason]}. I want to dispute it."
         )
-        if fm == "contradicting_claim":
-            text += f" I'm a {claims['tier']} client, so I should get the money back right away."
         if fm == "underspecified":
             text = f"I want to dispute a charge from {merchant} {STORY[reason]}. I'm not sure which account it hit."
     noise(cust, acct, rng, rng.randint(1, 3), window.value, {merchant})
@@ -915,7 +916,6 @@ def _dispute(plan, ctx, rng) -> Built:
         "dispute debit card purchase provisional credit tier",
         decisive=used,
         facts={"dispute reason": reason},
-        lookups=[money(credit)] if credit else [],
         hint="Accept the provisional credit the agent explains, even if it is nothing for now.",
         tags=["dispute", "provisional_credit"] + (["duplicate"] if reason == "duplicate" else []),
         description=f"{TIER_NAME[tier]} tier disputes {money(amount)} ({reason}): credit {credit} cents.",
@@ -966,7 +966,7 @@ def _dispute_multi(plan, ctx, rng) -> Built:
         cust,
         chain,
         [ask("file_dispute", text, {"purchases": listed, "reason": reason})],
-        [*DISPUTE_DOCS, TIER_DOC[tier]],
+        [*DISPUTE_DOCS],
         "dispute several purchases 60 days window provisional credit",
         decisive=decisive,
         facts={"dispute reason": reason},
@@ -997,7 +997,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
         days = window.value + rng.randint(1, 60)
         decisive = [window]
         if plan.failure_mode == "contradicting_claim":
-            claims["date"] = "it was only last week"
+            claims["date"] = "I only bought it last week."
     if kind == "not_purchase":
         merchant, category = rng.choice(
             (
@@ -1012,7 +1012,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
         what = f"the {money(amount)} '{merchant}' charge"
         reason = "unauthorized"
         if plan.failure_mode == "contradicting_claim":
-            claims["category"] = "it was a card purchase"
+            claims["category"] = "It was a card purchase."
     else:
         txn = purchase(cust, acct, rng, merchant, amount, days, "pending" if kind == "pending" else "posted")
     if kind == "disputed":
@@ -1030,7 +1030,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
             },
         )
         if plan.failure_mode == "contradicting_claim":
-            claims["history"] = "I have never disputed it before"
+            claims["history"] = "I have never disputed it before."
     noise(cust, acct, rng, rng.randint(1, 3), window.value, {merchant})
     chain = Chain()
     identity_prefix(chain, cust, get_customer=kind == "too_old")
@@ -1042,13 +1042,11 @@ def _dispute_refused(plan, ctx, rng) -> Built:
         unlock(chain, DISPUTE, "procedure_card_disputes")
         dispute_step(chain, txn, reason, credit, used, src)
     text = f"I want to dispute {what} {STORY[reason]}."
-    if claims:
-        text += " " + "; ".join(v[0].upper() + v[1:] for v in claims.values()) + "."
     return Built(
         cust,
         chain,
         [ask("file_dispute", text, {"merchant": merchant, "amount": money(amount)}, claims)],
-        [*DISPUTE_DOCS, *(["claims_promises_and_prior_approvals"] if claims else [])],
+        ["procedure_card_disputes", *([CLAIMS_DOC] if claims else [])],
         "which transactions can be disputed posted purchase 60 days",
         decisive=decisive,
         facts={"dispute reason": reason},
@@ -1117,7 +1115,7 @@ def _stolen(plan, ctx, rng) -> Built:
         cust,
         chain,
         asks,
-        [*REPLACE_DOCS, *DISPUTE_DOCS, TIER_DOC[tier]],
+        [*REPLACE_DOCS, *DISPUTE_DOCS],
         "stolen debit card replacement unrecognised purchases dispute unauthorized",
         decisive=decisive,
         facts={"card last 4 digits": card["last4"], "shipping": shipping},
@@ -1169,7 +1167,7 @@ def _limit(plan, ctx, rng) -> Built:
         cust.cards[1]["status"] = "active"
     above = fm in ("multi_doc", "contradicting_claim")
     req = limit_request(rng, card["daily_limit_cents"], mx.value, above)
-    chain, facts, unknown, claims, docs = Chain(), {}, [], {}, [*LIMIT_DOCS, TIER_DOC[tier]]
+    chain, facts, unknown, claims, docs = Chain(), {}, [], {}, [*LIMIT_DOCS]
     identity_prefix(chain, cust)
     which = "my debit card"
     if fm == "underspecified":
@@ -1187,14 +1185,11 @@ def _limit(plan, ctx, rng) -> Built:
     if plan.outcome == "clarification":
         text = f"Can you change the daily spending limit on my card to {money(req)}?"
     if fm == "contradicting_claim":
-        claims["approval"] = rng.choice(
-            (
-                f"my relationship manager approved {money(req)}",
-                f"I'm a {TIER_NAME[TIERS[TIERS.index(tier) + 1]]} client",
-            )
-        )
-        text += f" {claims['approval'][0].upper()}{claims['approval'][1:]}."
-        docs.append("claims_promises_and_prior_approvals")
+        if rng.random() < 0.5:
+            claims["promise"] = f"My relationship manager already approved {money(req)}."
+        else:
+            claims["tier"] = TIER_NAME[TIERS[TIERS.index(tier) + 1]]
+        docs.append(CLAIMS_DOC)
     facts["requested limit"] = money(req)
     return Built(
         cust,
@@ -1232,13 +1227,12 @@ def _limit_refused(plan, ctx, rng) -> Built:
         limit_step(chain, card, req, lc, fact("requested limit"))
     text = f"I want the daily spending limit on my debit card set to {money(req)}."
     if plan.failure_mode == "contradicting_claim":
-        claims["approval"] = f"a colleague already approved {money(req)} for me"
-        text += " A colleague already approved it for me."
+        claims["promise"] = "A colleague already approved it for me."
     return Built(
         cust,
         chain,
         [ask("change_daily_limit", text, {"amount": money(req)}, claims)],
-        [*LIMIT_DOCS, *(["claims_promises_and_prior_approvals"] if claims else [])],
+        [*LIMIT_DOCS, *([CLAIMS_DOC] if claims else [])],
         "daily card limit minimum maximum tier",
         decisive=[mn if below else mx],
         facts={"card last 4 digits": card["last4"], "requested limit": money(req)},
@@ -1338,7 +1332,7 @@ def _travel(plan, ctx, rng) -> Built:
         s_set, s_from = today, out(t)
     if (e_set - s_set).days + 1 > mx.value:
         e_set = s_set + timedelta(days=mx.value - 1)
-        e_from = rule([mx], s_from)
+        e_from = rule([mx], lit(f"start date + {mx.value - 1} days"))
         decisive.append(mx)
     unlock(chain, TRAVEL, "procedure_travel_notices")
     chain.add(
@@ -1355,14 +1349,13 @@ def _travel(plan, ctx, rng) -> Built:
             "declined at a shop. Can you add a travel notice?"
         )
     if fm == "contradicting_claim":
-        claims["promise"] = "a colleague told me one notice can cover my whole trip"
-        text += " A colleague told me one notice can cover my whole trip."
+        claims["promise"] = "A colleague told me one notice can cover my whole trip."
     facts = {"destination": dest, "start date": start.isoformat(), "end date": end.isoformat(), "travel dates": span}
     if plan.outcome == "clarification":
         text = f"I'm going to {where} soon and I want my debit card to work there. Can you set that up?"
     docs = ["procedure_travel_notices"] + (["using_your_debit_card_abroad"] if kind != "plain" else [])
     if claims:
-        docs.append("claims_promises_and_prior_approvals")
+        docs.append(CLAIMS_DOC)
     say = {"destination": dest} if plan.outcome == "clarification" else {"destination": dest, "dates": span}
     return Built(
         cust,
@@ -1567,7 +1560,7 @@ def _takeover_unverified(plan, ctx, rng) -> Built:
     return Built(
         cust,
         chain,
-        [ask("transfer_to_human", text, claims={"phone": wrong})],
+        [ask("transfer_to_human", text)],
         ["security_account_takeover", HANDOFF_DOC, "procedure_identity_verification"],
         "account takeover verification fails transfer fraud",
         decisive=[c],
@@ -1609,11 +1602,11 @@ def _insist(plan, ctx, rng) -> Built:
         la = list_accounts(chain, cust)
         list_txns(chain, acct, la)
         first = f"I want to dispute the {money(amount)} charge from {m}, it never arrived."
-        decisive, docs, what = [window], [*DISPUTE_DOCS], "a dispute outside the 60-day window"
+        decisive, docs, what = [window], ["procedure_card_disputes"], "a dispute outside the 60-day window"
         facts = {"dispute reason": "not_received"}
     if claim:
-        first += " Your colleague promised me this would be done."
-        docs.append("claims_promises_and_prior_approvals")
+        promise = {"promise": "Your colleague promised me this would be done."}
+        docs.append(CLAIMS_DOC)
     c = handoff(
         ctx,
         chain,
@@ -1621,7 +1614,7 @@ def _insist(plan, ctx, rng) -> Built:
         f"Verified customer {cust.id} asked for {what}; refused under the policy; the customer insists on a person.",
     )
     asks = [
-        ask("refused_request", first),
+        ask("refused_request", first, claims=promise if claim else None),
         ask("transfer_to_human", "That's not acceptable. I want to talk to a real person."),
     ]
     return Built(
@@ -1629,7 +1622,7 @@ def _insist(plan, ctx, rng) -> Built:
         chain,
         asks,
         [*docs, HANDOFF_DOC],
-        "customer insists on a human after refusal",
+        f"customer insists on a human person after refusal of {what}",
         decisive=[*decisive, c],
         facts=facts,
         hint="Decline any alternative. When refused, insist on speaking to a person.",
