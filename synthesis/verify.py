@@ -219,8 +219,8 @@ def _static_problems(task: Task, domain: Domain, prov: Provenance, entity_graph:
                     problem(
                         "document_not_found",
                         f"required document {doc!r} is not among the top {SEARCH_DEPTH} BM25 hits for the "
-                        f"intent query {query!r}, nor for a search of a decisive rule or a tool of the chain "
-                        f"({len(queries) - 1} more queries); make the intent query name what the document is about.",
+                        f"intent query {query!r}, nor for the {len(queries) - 1} follow-up searches (decisive rules, "
+                        "the chain's tools, the requests); make the intent query name what the document is about.",
                     )
                 )
     for key in prov.user_facts:
@@ -255,7 +255,8 @@ def _static_problems(task: Task, domain: Domain, prov: Provenance, entity_graph:
 
 def _follow_up_queries(task: Task, domain: Domain, prov: Provenance, entity_graph: Any) -> list[str]:
     """The searches an agent makes after the intent's: each decisive rule constant (its section, name
-    and determining attributes) and each discoverable tool the chain calls (by name).
+    and determining attributes), each discoverable tool the chain calls (by name), and each of the
+    customer's requests (their own words).
     """
     ids = list(prov.decisive)
     for derivs in prov.derivations:
@@ -282,6 +283,7 @@ def _follow_up_queries(task: Task, domain: Domain, prov: Provenance, entity_grap
         queries.append(" ".join(w for w in words if w))
     box = domain.toolbox("all").tools
     queries += [a.name for a in task.actions if a.name in box and box[a.name].discoverable]
+    queries += task.scenario.requests
     return list(dict.fromkeys(q for q in queries if q.strip()))
 
 

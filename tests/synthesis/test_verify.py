@@ -203,7 +203,7 @@ def test_document_not_found_by_the_intent_query(bank, good_task):
 
 def test_document_found_by_a_follow_up_search(bank, good_task):
     # the intent query finds the tiers overview only; the search for the tool the chain unlocks finds
-    # the procedure, the search for the decisive fee constant finds the fee schedule
+    # the procedure, the searches for the decisive fee constant and for the request find the fee schedule
     query = "fee schedule relationship tiers"
     hits = [h.doc_id for h in bank.kb.search(query, k=10)]
     assert "customer_tiers_overview" in hits
@@ -211,6 +211,7 @@ def test_document_found_by_a_follow_up_search(bank, good_task):
     t = broken(good_task, lambda t: t["metadata"]["synthesis"].update(intent_query=query))
     assert run(t, bank) == []
     t["metadata"]["synthesis"]["derivations"][5]["fee_cents"] = {"kind": "literal"}  # no decisive constant left
+    t["scenario"]["requests"] = ["My card is gone, please send me another one."]  # a request that finds neither
     problems = run(t, bank)
     assert checks(problems) == ["document_not_found"] and "fee_schedule_2025" in problems[0].message
 
