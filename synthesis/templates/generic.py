@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tau_env import Action, Scenario, Task
+from tau_env.error import Error
 
 from ..records import Plan, chain_signature
 from . import BaseTemplate, Draft, IdAllocator, SynthContext
@@ -100,7 +101,10 @@ class Analysis:
             metadata={**extra, **(meta or {})},
         )
         dom = self.domain.with_tasks([task])
-        db = dom.start_db(task)
+        try:
+            db = dom.start_db(task)
+        except Error as e:  # the patch does not fit the schema: the message names what would
+            return [(f"Error: {e}", True)] * len(actions), [False] * len(actions)
         try:
             box = dom.toolbox("all")
             tctx = dom.context(db, task, box)
@@ -187,7 +191,7 @@ class GenericTemplate(BaseTemplate):
         if tables:
             if tables[0] == view.customer_table or p == view.customer_key:
                 return [Cand(cid, "db", {"table": view.customer_table, "rid": cid, "column": view.customer_key})]
-            extra = words(p) - {"id"} - {w for t in tables[:1] for w in words(t)}
+            extra = (words(p) | words(desc)) - {"id"} - {w for t in tables[:1] for w in words(t)}
             for t in tables[:2]:
                 idc = view.id_column[t]
                 ranked = []
@@ -198,9 +202,9 @@ class GenericTemplate(BaseTemplate):
                     if anchor and rid == anchor[1]:
                         score += 6
                     if any(rid == c.value for c in chosen.values()):
-                        score -= 8
-                    vals = " ".join(str(v).lower() for v in row.values())
-                    score += sum(1 for w in extra if w in vals)
+                        score -= 20
+                    vals = {w.rstrip("s") for v in row.values() if isinstance(v, str) for w in words(v)}
+                    score += sum(1 for w in extra if w.rstrip("s") in vals)
                     ranked.append((score, rng.random(), rid, row))
                 for _, _, rid, _row in sorted(ranked, key=lambda x: (-x[0], x[1])):
                     out.append(Cand(rid, "db", {"table": t, "rid": rid, "column": idc}))
@@ -408,10 +412,21 @@ class GenericTemplate(BaseTemplate):
                     if p in err
                     or p.replace("_", " ") in low
                     or (isinstance(args[p], str) and len(args[p]) >= 3 and args[p] in err)
+                    or (
+                        isinstance(args[p], (int, float))
+                        and not isinstance(args[p], bool)
+                        and re.search(rf"\b{int(args[p])}\b", err)
+                    )
                 ]
                 blamed = [p for p in named if idx[p] + 1 < len(cands[p]) or "number" in errw]
                 for p in blamed:
-                    if ("number" in errw or "numeric" in errw) and not isinstance(args[p], (int, float)):
+                    if isinstance(args[p], (int, float)) and not isinstance(args[p], bool):
+                        typ = int if ps[p].get("type") == "integer" else float
+                        nums = [typ(float(x)) for x in re.findall(r"(?<![\w.])\$?(\d+(?:\.\d+)?)", err)]
+                        have = {c.value for c in cands[p]}
+                        new = [Cand(x, "fact") for x in dict.fromkeys(nums) if x != args[p] and x > 0]
+                        cands[p][idx[p] + 1 : idx[p] + 1] = [c for c in new if c.value not in have] or new
+                    elif ("number" in errw or "numeric" in errw) and not isinstance(args[p], (int, float)):
                         nums = self._shaped(p, args[p], "", {"type": "number"}) if isinstance(args[p], str) else []
                         nums += [
                             c.value for c in default_candidates(p, {"type": "number"}, "", rng, self.an.domain.clock)
@@ -446,28 +461,34 @@ class GenericTemplate(BaseTemplate):
         return None
 
     def _repair(self, target, err, errw, lits, mutated) -> bool:
-        """Set a field of a record that the error blames (by name, or by its value) to a value the
-        tool's description or the error names, else to another value the column holds.
+        """Set a field of a record that the error blames (by name, by its value, or by naming another
+        value the column holds) to a value the tool's description or the error names, else to another
+        value the column holds.
         """
         t, rid, row = target
         view = self.an.view
         low = err.lower()
         for col in row:
             v = row.get(col)
-            by_value = isinstance(v, str) and len(v) >= 3 and re.search(rf"\b{re.escape(v.lower())}\b", low)
-            if col == view.id_column.get(t) or not (col in err or (words(col) and words(col) <= errw) or by_value):
+            if col == view.id_column.get(t):
                 continue
-            key = (t, rid, col)
-            if key not in mutated:
-                seen = view.distinct(t, col)
-                named = literals(self.desc) + lits
-                lower = {str(x).lower(): x for x in seen}
-                opts = [lower[x.lower()] for x in named if x.lower() in lower]
-                opts += [x for x in named if x.lower() not in lower and not by_value] + seen
-                mutated[key] = [x for x in dict.fromkeys(opts) if x != v]
-            if mutated[key]:
-                row[col] = mutated[key].pop(0)
-                self._mutations[(t, col)] = row[col]
+            seen = [x for x in view.distinct(t, col, limit=16) if isinstance(x, str)]
+            if len(view.distinct(t, col, limit=16)) >= 16:
+                seen = []  # a free-text column (names, dates), not a state
+            said = [x for x in seen if x != v and re.search(rf"\b{re.escape(x.lower())}s?\b", low)]
+            by_value = isinstance(v, str) and len(v) >= 3 and re.search(rf"\b{re.escape(v.lower())}\b", low)
+            if not (col in err or (words(col) and words(col) <= errw) or by_value or said):
+                continue
+            named = literals(err) + literals(self.desc)
+            lower = {x.lower(): x for x in seen}
+            opts = said + [lower[x.lower()] for x in named if x.lower() in lower]
+            opts += [x for x in named if x.lower() not in lower and (x.isupper() or "_" in x)] + seen
+            tried = mutated.setdefault((t, rid, col), {v})
+            nxt = next((x for x in dict.fromkeys(opts) if x not in tried), None)
+            if nxt is not None:
+                tried.add(nxt)
+                row[col] = nxt
+                self._mutations[(t, col)] = nxt
                 return True
         return False
 
