@@ -359,6 +359,11 @@ def test_literal_of_the_wrong_type(bank, good_task):
     _untraceable(bank, broken(good_task, edit), "literal", "actions")
 
 
+def test_literal_record_id(bank, good_task):
+    t = broken(good_task, lambda t: derivs(t)[5].update(card_id={"kind": "literal"}))
+    _untraceable(bank, t, "literal", "actions")
+
+
 def test_untraceable_enum(bank, good_task):
     t = broken(good_task, lambda t: derivs(t)[5].update(card_id={"kind": "enum"}))
     _untraceable(bank, t, "enum", "actions")
