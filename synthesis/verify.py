@@ -551,7 +551,7 @@ class _Tracer:
             if not any(str(value) in doc.text for doc in self.domain.documents):
                 return f"no document names the tool {value!r}."
         elif arg.endswith("_id") or arg == "id":
-            return "a record's id comes from the database, an earlier output or the user (db, output, fact), not a literal."
+            return "a record id comes from s0, an earlier output or the user (db, output, fact), not a literal."
         validator = t.validators.get(arg)
         if validator is not None:
             try:
