@@ -88,6 +88,22 @@ def _seat(args: argparse.Namespace, seat: str, required: bool) -> dict[str, Any]
     return {"model": model, "base_url": base_url, "api_key_env": getattr(args, f"{seat}_api_key_env")}
 
 
+def _stage(name: str) -> Any:
+    """The pipeline's stage function ``name`` (imported now: only ``tau-env synth`` loads the pipeline)."""
+    try:
+        from tau_env.synthesis import pipeline
+    except ModuleNotFoundError as e:
+        if e.name != "tau_env.synthesis.pipeline":
+            raise
+        pipeline = None
+    fn = getattr(pipeline, name, None)
+    if fn is None:
+        from tau_env.synthesis.errors import SynthesisError
+
+        raise SynthesisError(f"This tau_env has no synthesis stage {name}; reinstall tau-env with the 'synth' extra.")
+    return fn
+
+
 def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, less the optional keywords (``quiet``, ``workers``) it does not take."""
     params = inspect.signature(fn).parameters
@@ -137,12 +153,10 @@ def _cell(v: Any) -> str:
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
-    from tau_env.synthesis import pipeline
-
     _usable(args.out, "--out")
     llm = _llm(args, args.out)
     try:
-        result = _call(pipeline.run_graphs, args.out, args.domain, data_dir=_data_dir(args), llm=llm, quiet=args.quiet)
+        result = _call(_stage("run_graphs"), args.out, args.domain, data_dir=_data_dir(args), llm=llm, quiet=args.quiet)
     finally:
         _close(llm)
     _table(result)
@@ -150,15 +164,13 @@ def cmd_graphs(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from tau_env.synthesis import pipeline
-
     _usable(args.out, "--out")
     if args.domain is None and not (args.out / RUN_FILE).is_file():
         raise InvalidOptionError(f"synth tasks needs a DOMAIN: --out {args.out} holds no run yet to take it from.")
     llm = _llm(args, args.out)
     try:
         result = _call(
-            pipeline.run_tasks,
+            _stage("run_tasks"),
             args.out,
             args.domain,
             n=args.n,
@@ -177,12 +189,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_compose(args: argparse.Namespace) -> int:
-    from tau_env.synthesis import pipeline
-
     run = _run_dir(args.from_)
     llm = _llm(args, run)
     try:
-        result = _call(pipeline.run_compose, run, n=args.n, seed=args.seed, llm=llm, quiet=args.quiet)
+        result = _call(_stage("run_compose"), run, n=args.n, seed=args.seed, llm=llm, quiet=args.quiet)
     finally:
         _close(llm)
     _table(result)
@@ -190,50 +200,42 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from tau_env.synthesis import pipeline
-
     run = _run_dir(args.from_)
     agent = _seat(args, "agent", required=True)
     user = _seat(args, "user", required=False)
     result = _call(
-        pipeline.run_sft, run, agent=agent, user=user, trials=args.trials, workers=args.workers, quiet=args.quiet
+        _stage("run_sft"), run, agent=agent, user=user, trials=args.trials, workers=args.workers, quiet=args.quiet
     )
     _table(result)
     return 0
 
 
 def cmd_rl(args: argparse.Namespace) -> int:
-    from tau_env.synthesis import pipeline
-
     band = _band(*args.band)
     run = _run_dir(args.from_)
     policy = _seat(args, "policy", required=True)
     result = _call(
-        pipeline.run_rl, run, policy=policy, rollouts=args.rollouts, band=band, workers=args.workers, quiet=args.quiet
+        _stage("run_rl"), run, policy=policy, rollouts=args.rollouts, band=band, workers=args.workers, quiet=args.quiet
     )
     _table(result)
     return 0
 
 
 def cmd_decontaminate(args: argparse.Namespace) -> int:
-    from tau_env.synthesis import pipeline
-
     run = _run_dir(args.from_)
-    result = _call(pipeline.run_decontaminate, run, against=args.against, data_dir=_data_dir(args), quiet=args.quiet)
+    result = _call(_stage("run_decontaminate"), run, against=args.against, data_dir=_data_dir(args), quiet=args.quiet)
     _table(result)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tau_env.synthesis import pipeline
-
     if args.run is not None and args.from_ is not None and args.run != args.from_:
         raise InvalidOptionError(f"Two run folders given, {args.run} and --from {args.from_}; give one.")
     target = args.run or args.from_
     if target is None:
         raise InvalidOptionError("synth report needs a run folder: tau-env synth report RUN_FOLDER.")
     run = _run_dir(target, "run folder" if args.run is not None else "--from")
-    _table(pipeline.run_report(run))
+    _table(_stage("run_report")(run))
     return 0
 
 

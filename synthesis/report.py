@@ -49,24 +49,26 @@ def _prov(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _funnel(stages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Totals and per-round numbers of the ``tasks`` rounds; a count no round records is None."""
     rounds = [s for s in stages if s.get("stage") == "tasks"]
     if not rounds:
         return None
     keys = (*FUNNEL, "regenerated")
-    total = {k: sum(_num(r.get(k)) for r in rounds) for k in keys}
+    present = {k for k in keys if any(k in r for r in rounds)}
+    total = {k: int(sum(_num(r.get(k)) for r in rounds)) if k in present else None for k in keys}
     problems: Counter[str] = Counter()
     per_round = []
     for i, r in enumerate(rounds):
         for check, n in (r.get("problems") or {}).items():
             problems[str(check)] += int(_num(n))
-        row = {"round": r.get("round", i), **{k: _num(r.get(k)) for k in keys}}
-        row["yield"] = _ratio(row["accepted"], row["planned"])
+        row = {"round": r.get("round", i), **{k: int(_num(r.get(k))) if k in present else None for k in keys}}
+        row["yield"] = _ratio(row["accepted"] or 0, row["planned"] or 0)
         row["prompt_version"] = r.get("prompt_version")
         per_round.append(row)
     return {
         **total,
-        "yield": _ratio(total["accepted"], total["planned"]),
-        "verified_rate": _ratio(total["verified"], total["synthesized"]),
+        "yield": _ratio(total["accepted"] or 0, total["planned"] or 0),
+        "verified_rate": _ratio(total["verified"] or 0, total["synthesized"] or 0),
         "rounds": per_round,
         "problems": dict(problems.most_common()),
     }
@@ -101,6 +103,25 @@ def _reflection(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _other_stages(stages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The latest record of each other stage (graphs, sft, rl, decontaminate, ...), nested values flattened once."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in stages:
+        name = str(s.get("stage"))
+        if name in ("tasks", "compose", "reflection"):
+            continue
+        flat: dict[str, Any] = {}
+        for k, v in s.items():
+            if k in ("stage", "time"):
+                continue
+            if isinstance(v, dict):
+                flat.update({f"{k}.{k2}": v2 for k2, v2 in v.items() if not isinstance(v2, dict | list)})
+            elif not isinstance(v, list):
+                flat[k] = v
+        out[name] = flat
+    return out
+
+
 def _hist(values: list[int]) -> dict[int, int]:
     return dict(sorted(Counter(values).items()))
 
@@ -123,6 +144,7 @@ def summary(run: RunFolder) -> dict[str, Any]:
         "funnel": funnel,
         "compose": compose,
         "reflection": _reflection(stages),
+        "other_stages": _other_stages(stages),
     }
 
     # LLM use
@@ -134,7 +156,9 @@ def summary(run: RunFolder) -> dict[str, Any]:
         totals: Counter[str] = Counter()
         for u in roles.values():
             totals.update(u)
-        verified = (funnel or {}).get("verified", 0) + (compose or {}).get("verified", 0) or len(rows)
+        f, c = funnel or {}, compose or {}
+        verified = (f.get("verified") or f.get("accepted") or 0) + (c.get("verified") or c.get("accepted") or 0)
+        verified = verified or len(rows)
         tokens = totals["prompt_tokens"] + totals["completion_tokens"]
         out["llm"] = {
             "model": usage.get("model"),
@@ -246,8 +270,14 @@ def _f(x: Any) -> str:
     if x is None:
         return "-"
     if isinstance(x, float):
-        return f"{x:.1%}" if 0 <= x <= 1 else f"{x:.4g}"
+        return f"{x:.4g}"
     return str(x)
+
+
+def _kv(k: Any, v: Any) -> tuple[str, str]:
+    """A (name, value) row; a rate or yield in [0, 1] as a percentage."""
+    rate = isinstance(v, float) and 0 <= v <= 1 and any(w in str(k) for w in ("yield", "rate", "share"))
+    return str(k), _pct(v) if rate else _f(v)
 
 
 def _pct(x: Any) -> str:
@@ -275,18 +305,21 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[tuple[Any, ...]], tuple
         )
     )
     out.append(("Tasks", [("single-request", s["tasks"]["single"]), ("composite", s["tasks"]["composite"])], None, ""))
+    for name, rec in s["other_stages"].items():
+        if name == "graphs":
+            out.append(("Graphs", [_kv(k, v) for k, v in rec.items()], None, ""))
     if f := s["funnel"]:
-        rows = [(k, int(f[k])) for k in FUNNEL] + [("regenerated", int(f["regenerated"])), ("yield", _pct(f["yield"]))]
+        rows = [(k, _f(f[k])) for k in (*FUNNEL, "regenerated")] + [("yield", _pct(f["yield"]))]
         out.append(("Stage yield (single-request tasks)", rows, None, "funnel"))
         rounds = [
-            (r["round"], *(int(r[k]) for k in FUNNEL), _pct(r["yield"]), _f(r.get("prompt_version")))
+            (r["round"], *(_f(r[k]) for k in FUNNEL), _pct(r["yield"]), _f(r.get("prompt_version")))
             for r in f["rounds"]
         ]
         out.append(("Rounds", rounds, ("round", *FUNNEL, "yield", "prompts"), "rounds"))
         if f["problems"]:
             out.append(("Problems by check", list(f["problems"].items()), ("check", "candidates"), "bars"))
     if c := s["compose"]:
-        out.append(("Composition", [(k, _f(v)) for k, v in c.items()], None, ""))
+        out.append(("Composition", [_kv(k, v) for k, v in c.items()], None, ""))
     if s["reflection"]:
         rows = [
             (
@@ -339,10 +372,14 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[tuple[Any, ...]], tuple
             summary_rows.append(
                 ("rule constants decisive", f"{cov['rule_constants_decisive']} of {cov['rule_constants_total']}")
             )
-            summary_rows.append(("undecided constants", ", ".join(cov["rule_constants_uncovered"][:30]) or "none"))
         else:
             summary_rows.append(("decisive constants", cov["rule_constants_decisive"]))
         out.append(("Coverage", summary_rows, None, ""))
+        if undecided := cov["rule_constants_uncovered"]:
+            rows = [(c,) for c in undecided[:50]] + (
+                [(f"... and {len(undecided) - 50} more",)] if len(undecided) > 50 else []
+            )
+            out.append(("Rule constants decisive in no task", rows, ("constant",), ""))
         if cov["tool_pairs"]:
             out.append(("Tool pairs (top 20)", list(cov["tool_pairs"].items())[:20], ("pair", "tasks"), "bars"))
         for key, title in (("outcomes", "Outcomes"), ("failure_modes", "Failure modes"), ("templates", "Templates")):
@@ -371,6 +408,9 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[tuple[Any, ...]], tuple
                     "",
                 )
             )
+    for name, rec in s["other_stages"].items():
+        if name != "graphs":
+            out.append((f"Stage {name}", [_kv(k, v) for k, v in rec.items()], None, ""))
     if diff := s["difficulty"]:
         for key, title in (
             ("actions", "Actions per task"),
@@ -427,7 +467,7 @@ def _bars(items: list[tuple[Any, Any]], *, width: int = 640) -> str:
     return "".join(parts)
 
 
-def _columns(items: list[tuple[Any, Any]], *, height: int = 160) -> str:
+def _columns(items: list[tuple[Any, Any]], *, height: int = 160, fmt: Any = _f) -> str:
     """A histogram (inline SVG columns) of (bin label, count) pairs."""
     items = [(str(k), _num(v)) for k, v in items][:60]
     if not items:
@@ -444,7 +484,7 @@ def _columns(items: list[tuple[Any, Any]], *, height: int = 160) -> str:
             f'<rect x="{x + 1}" y="{height - h + 14:.1f}" width="{col_w - 2}" height="{h:.1f}" fill="#f58518"/>'
         )
         parts.append(
-            f'<text x="{cx:.1f}" y="{height - h + 11:.1f}" text-anchor="middle" font-size="10">{_e(_f(v))}</text>'
+            f'<text x="{cx:.1f}" y="{height - h + 11:.1f}" text-anchor="middle" font-size="10">{_e(fmt(v))}</text>'
         )
         parts.append(f'<text x="{cx:.1f}" y="{height + 28}" text-anchor="middle" font-size="10">{_e(label[:8])}</text>')
     parts.append("</svg>")
@@ -453,11 +493,13 @@ def _columns(items: list[tuple[Any, Any]], *, height: int = 160) -> str:
 
 def _chart(kind: str, rows: list[tuple[Any, ...]], s: dict[str, Any]) -> str:
     if kind == "funnel" and s["funnel"]:
-        return _bars([(k, s["funnel"][k]) for k in FUNNEL])
+        return _bars([(k, s["funnel"][k]) for k in FUNNEL if s["funnel"][k] is not None])
     if kind == "rounds" and s["funnel"]:
-        return _columns([(f"r{r['round']}", r["yield"] or 0) for r in s["funnel"]["rounds"]])
+        return _columns([(f"r{r['round']}", r["yield"] or 0) for r in s["funnel"]["rounds"]], fmt=_pct)
     if kind == "reflection":
-        return _columns([(f"v{r['version']} {r['decision'] or ''}", r["yield_after"] or 0) for r in s["reflection"]])
+        return _columns(
+            [(f"v{r['version']} {r['decision'] or ''}", r["yield_after"] or 0) for r in s["reflection"]], fmt=_pct
+        )
     if kind == "llm" and s["llm"]:
         return _bars([(role, u.get("calls", 0) + u.get("cached", 0)) for role, u in s["llm"]["roles"].items()])
     if kind == "bars":

@@ -54,6 +54,7 @@ IDENTITY = ("domain", "loader", "seed", "backend")
 TRANSPORT = frozenset({"base_url", "api_key_env", "timeout", "retries", "max_concurrency"})
 _SAFE = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 NL = b"\n"
+_WRITING = threading.Lock()  # appends of this process's threads, one at a time
 
 
 def _short(value: Any, width: int = 60) -> str:
@@ -112,7 +113,8 @@ def identity(settings: dict[str, Any]) -> dict[str, Any]:
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The identifying settings both give and on which they differ, one short phrase each."""
-    a, b = identity(old), identity(new)
+    a = identity({k: v for k, v in old.items() if v is not None})
+    b = identity({k: v for k, v in new.items() if v is not None})
     return [
         f"{k}: {_short(a[k])} in the folder, {_short(b[k])} now" for k in IDENTITY if k in a and k in b and a[k] != b[k]
     ]
@@ -227,6 +229,7 @@ class RunFolder:
                 ``run.json`` names other identifying settings (each difference named).
         """
         path = Path(path)
+        settings = {k: v for k, v in settings.items() if v is not None}  # None: not given
         if path.exists() and not path.is_dir():
             raise SynthesisError(f"{path} is a file, not a folder. Pass another --out.")
         try:
@@ -256,11 +259,12 @@ class RunFolder:
         return folder
 
     @classmethod
-    def open(cls, path: str | Path, settings: dict[str, Any] | None = None, *, lock: bool = True) -> RunFolder:
-        """Open the existing run folder ``path`` (for a later stage, or a report with ``lock=False``).
+    def open(cls, path: str | Path, expect: dict[str, Any] | None = None, *, lock: bool = True) -> RunFolder:
+        """Open the existing run folder ``path`` (for a later stage, or a report with ``lock=False``,
+        which reads while a run may be writing).
 
-        ``settings``, when given, must agree with the folder's on the identifying keys; keys it
-        adds are recorded.
+        ``expect``, when given, must agree with the folder's settings on the identifying keys; keys
+        it adds are recorded (with the lock only).
 
         Raises:
             SynthesisError: ``path`` holds no run (no ``run.json``), another run holds it, or the
@@ -272,14 +276,14 @@ class RunFolder:
             raise SynthesisError(
                 f"{path} {what}. Pass the --out folder of an earlier 'tau-env synth graphs' or 'synth tasks' run."
             )
-        if settings is not None and lock:
-            return cls.create(path, settings)
+        if expect is not None and lock:
+            return cls.create(path, expect)
         folder = cls(path, {}, lock=lock)
         try:
             old = folder.read_json(SETTINGS, None)
             if not isinstance(old, dict):
                 raise SynthesisError(f"{path / SETTINGS} is not a JSON object; the run folder is damaged.")
-            if settings is not None and (diff := differences(old, settings)):
+            if expect is not None and (diff := differences(old, expect)):
                 raise SynthesisError(f"{path} holds a synthesis run with other settings: {'; '.join(diff)}.")
             folder.settings = old
         except BaseException:
@@ -325,26 +329,34 @@ class RunFolder:
             return 0
         path = self.file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = _open(path, os.O_RDWR | os.O_CREAT)
+        with _WRITING:
+            self._append(path, data)
+        return data.count(NL)
+
+    def _append(self, path: Path, data: bytes) -> None:
+        fd = _open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != NL:
                 tail_start = _last_line_start(fd, size)
                 tail = os.pread(fd, size - tail_start, tail_start)
                 if _record(tail) is not None:  # a whole record without its newline: keep it
-                    os.lseek(fd, 0, os.SEEK_END)
                     os.write(fd, NL)
                 else:
-                    warnings.warn(f"{path}: cut off a torn last line (from a killed run).", stacklevel=2)
+                    warnings.warn(f"{path}: cut off a torn last line (from a killed run).", stacklevel=3)
                     os.ftruncate(fd, tail_start)
-            os.lseek(fd, 0, os.SEEK_END)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
-        return data.count(NL)
+
+    def rewrite(self, name: str, records: Iterable[dict[str, Any]]) -> Path:
+        """Replace the records of ``name`` with ``records``, atomically (a stage that removes records)."""
+        data = b"".join(_line(r) for r in records)
+        with _WRITING:
+            return self.write_bytes(name, data)
 
     def read(self, name: str) -> list[dict[str, Any]]:
         """The records of ``name`` ([] when it does not exist). A torn last line is skipped with a

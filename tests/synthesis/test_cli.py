@@ -225,3 +225,9 @@ def test_top_level_help_lists_synth_and_placeholder_forwards(calls, run_dir):
     assert "synth" in p.format_help()
     args = p.parse_args(["synth", "report", str(run_dir)])  # a caller of the plain parser still gets there
     assert args.fn(args) == 0 and calls[-1][0] == "run_report"
+
+
+def test_a_missing_stage_is_one_line(calls, run_dir, monkeypatch, capsys):
+    monkeypatch.delattr(sys.modules["tau_env.synthesis.pipeline"], "run_sft")
+    assert main(["synth", "sft", "--from", str(run_dir), "--agent-model", "T"]) == 2
+    assert "no synthesis stage run_sft" in capsys.readouterr().err

@@ -228,3 +228,24 @@ def test_without_graphs_write_tools_are_the_tasks_tools(tmp_path):
         assert cov["write_tools_known"] is False
         assert cov["write_tools"] == {"find_customer": 2, "w1": 2, "w2": 1}
         assert cov["rule_constants_total"] is None
+
+
+def test_counts_a_stage_does_not_record_and_other_stages(tmp_path):
+    with RunFolder.create(tmp_path / "r", SETTINGS) as r:
+        r.record_stage("graphs", {"constants": 458, "edges": {"requires": 18}, "names": ["a"]})
+        r.record_stage("tasks", {"round": 0, "planned": 40, "synthesized": 40, "accepted": 28})
+        r.record_stage("sft", {"episodes": 10, "kept": 7})
+        r.write_json("llm_usage.json", {"roles": {"wording": {"calls": 56}}})
+        s = summary(r)
+        assert s["funnel"]["verified"] is None and s["funnel"]["accepted"] == 28
+        assert s["funnel"]["yield"] == pytest.approx(0.7)
+        assert s["llm"]["verified"] == 28 and s["llm"]["calls_per_verified"] == pytest.approx(2.0)
+        assert s["other_stages"] == {
+            "graphs": {"constants": 458, "edges.requires": 18},
+            "sft": {"episodes": 10, "kept": 7},
+        }
+        txt, page = write_report(r)
+        text = txt.read_text()
+        assert ["edges.requires", "18"] in [line.split() for line in text.splitlines()] and "Stage sft" in text
+        assert ["verified", "-"] in [line.split() for line in text.splitlines()]
+        ET.fromstring(page.read_text().split("\n", 1)[1])

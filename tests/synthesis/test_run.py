@@ -221,3 +221,38 @@ def test_domain_loads_with_loader_settings(tmp_path):
     with RunFolder.create(tmp_path / "r", SETTINGS) as run:
         assert run.domain() is run.domain()
         assert run.domain().tasks
+
+
+def test_rewrite_replaces_records_atomically(tmp_path):
+    with RunFolder.create(tmp_path / "r", SETTINGS) as run:
+        run.append("tasks.jsonl", [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+        run.rewrite("tasks.jsonl", [r for r in run.read("tasks.jsonl") if r["id"] != "b"])
+        assert run.ids("tasks.jsonl") == {"a", "c"}
+        run.append("tasks.jsonl", [{"id": "d"}])
+        assert [r["id"] for r in run.read("tasks.jsonl")] == ["a", "c", "d"]
+
+
+def test_none_settings_are_not_given(tmp_path):
+    RunFolder.create(tmp_path / "r", SETTINGS).close()
+    with RunFolder.create(tmp_path / "r", {**SETTINGS, "seed": None, "backend": None}) as run:
+        assert run.settings["seed"] == 0 and run.settings["backend"] == "template"
+    with RunFolder.open(tmp_path / "r", expect={"domain": "harbor-bank-v0", "seed": 0}) as run:
+        assert run.settings["domain"] == "harbor-bank-v0"
+
+
+def test_threads_append_whole_lines(tmp_path):
+    import threading
+
+    with RunFolder.create(tmp_path / "r", SETTINGS) as run:
+
+        def writer(k):
+            for i in range(20):
+                run.append("v.jsonl", [{"id": f"{k}-{i}", "pad": "x" * 5000}, {"id": f"{k}-{i}b"}])
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        recs = run.read("v.jsonl")
+        assert len(recs) == 160 and len(run.ids("v.jsonl")) == 160
