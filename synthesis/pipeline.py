@@ -1,0 +1,554 @@
+"""The synthesis pipeline: each stage a function over a run folder, so a run resumes and a stage reruns alone.
+
+Stages (``tau-env synth <stage>`` calls the function of the same name):
+
+- :func:`run_graphs`: the entity graph and the tool graph (``graphs/``).
+- :func:`run_tasks`: rounds of plan -> synthesize -> verify -> review (regenerating only the
+  rejected component, up to a budget) -> accept, with reflection between rounds (``tasks.jsonl``).
+- :func:`run_compose`: multi-request sessions from the accepted singles (``composite.jsonl``).
+- :func:`run_sft` / :func:`run_rl`: teacher rollouts and band-filtered RL tasks (``sft/``, ``rl/``).
+- :func:`run_decontaminate`: remove what resembles an evaluation domain's tasks (``decontamination.json``).
+- :func:`run_report`: ``report.txt`` and ``report.html``.
+
+Every stage appends records as it goes; a killed stage started again skips what is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tau_env.synthesis.errors import SynthesisError
+from tau_env.synthesis.records import Problem, chain_signature
+
+from tau_env import Task
+from tau_env.error import Error, InvalidOptionError
+
+#: Regenerations of one candidate's rejected component before it is dropped.
+REGENERATION_BUDGET = 2
+#: Candidates synthesized concurrently (LLM calls overlap; the template backend is CPU-bound).
+CONCURRENCY = 16
+
+
+# ---------------------------------------------------------------- the run folder and its graphs
+
+
+def _open(out: str | Path, domain_id: str | None, data_dir: str | Path | None, llm: Any, seed: int, quiet: bool):
+    from tau_env.synthesis.run import RunFolder
+
+    path = Path(out)
+    if domain_id is None:  # a stage that continues a run: the folder says everything
+        if not (path / "run.json").is_file():
+            raise SynthesisError(
+                f"{path} is not a synthesis run folder (no run.json); "
+                f"run `tau-env synth tasks DOMAIN --out {path}` first."
+            )
+        return RunFolder.open(path)
+    settings: dict[str, Any] = {
+        "domain": domain_id,
+        "loader": {"data_dir": str(data_dir)} if data_dir is not None else {},
+        "seed": seed,
+        "backend": "template" if llm is None else {"model": llm.model, "base_url": llm.base_url},
+        "quiet": quiet,
+    }
+    return RunFolder.create(path, settings)
+
+
+def _graphs(run: Any, domain: Any, llm: Any = None) -> tuple[Any, Any]:
+    """The run's graphs: read from ``graphs/`` when built, else built and written."""
+    from tau_env.synthesis.entity_graph import EntityGraph, build_entity_graph
+    from tau_env.synthesis.tool_graph import ToolGraph, build_tool_graph, rule_constants
+
+    folder = run.path / "graphs"
+    eg_file, tg_file = folder / "entity_graph.json", folder / "tool_graph.json"
+    if eg_file.is_file() and tg_file.is_file():
+        return EntityGraph.from_json(run.read_json("graphs/entity_graph.json")), ToolGraph.from_json(
+            run.read_json("graphs/tool_graph.json")
+        )
+    started = time.perf_counter()
+    eg = build_entity_graph(domain, llm=llm)
+    tg = build_tool_graph(domain, eg)
+    folder.mkdir(parents=True, exist_ok=True)
+    eg.write(folder)
+    tg.write(folder)
+    rules = rule_constants(eg, tg)
+    run.write_json("graphs/rule_constants.json", rules)
+    run.record_stage(
+        "graphs",
+        {
+            "constants": len(eg.constants),
+            "conflicts": len(eg.conflicts),
+            "rule_constants": len(rules),
+            "tools": len(tg.nodes),
+            "edges": dict(Counter(e.kind for e in tg.edges)),
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
+    return eg, tg
+
+
+def run_graphs(
+    out: str | Path,
+    domain_id: str,
+    *,
+    data_dir: str | Path | None = None,
+    llm: Any = None,
+    seed: int = 0,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """Build (or read) the entity and tool graphs of ``domain_id`` into ``out/graphs``."""
+    run = _open(out, domain_id, data_dir, llm, seed, quiet)
+    with run:
+        domain = run.domain()
+        eg, tg = _graphs(run, domain, llm)
+        rules = run.read_json("graphs/rule_constants.json", [])
+        return {
+            "run": str(run.path),
+            "constants": len(eg.constants),
+            "conflicts": len(eg.conflicts),
+            "rule constants": len(rules),
+            "tools": len(tg.nodes),
+            "edges": len(tg.edges),
+        }
+
+
+# ---------------------------------------------------------------- single-request tasks
+
+
+class _Stage:
+    """What one round of ``run_tasks`` needs: the domain, graphs, templates and the model."""
+
+    def __init__(self, run: Any, domain: Any, eg: Any, tg: Any, llm: Any, review: bool):
+        from tau_env.synthesis.templates import IdAllocator, SynthContext, templates_for
+
+        self.run, self.domain, self.eg, self.tg, self.llm, self.review = run, domain, eg, tg, llm, review
+        self.templates = templates_for(domain, eg, tg)
+        if not self.templates:
+            raise SynthesisError(f"No templates for the domain {domain.name!r}: nothing to synthesize.")
+        # ids come from plan ids (unique in a run), randomness from each plan's seed
+        self.ctx = SynthContext(
+            domain=domain, entity_graph=eg, tool_graph=tg, ids=IdAllocator(), templates=self.templates
+        )
+
+    async def check(self, task: Task, prompts: dict[str, Any], clock: Counter | None = None) -> list[Problem]:
+        """The verifier's problems, else the reviewer's (``clock`` adds each one's CPU seconds)."""
+        from tau_env.synthesis.review import review
+        from tau_env.synthesis.verify import verify
+
+        clock = Counter() if clock is None else clock
+        t0 = time.process_time()
+        problems = verify(task, self.domain, self.eg, self.tg)
+        t1 = time.process_time()
+        clock["verify"] += t1 - t0
+        if not problems and self.review:
+            problems = await review(task, self.domain, llm=self.llm, prompts=prompts)
+            clock["review"] += time.process_time() - t1
+        return problems
+
+    async def one(self, plan: Any, prompts: dict[str, Any]) -> dict[str, Any]:
+        """Synthesize, verify and review one plan, regenerating the rejected component up to the budget."""
+        from tau_env.synthesis.synthesizer import regenerate, synthesize
+
+        clock: Counter = Counter()  # CPU seconds of this process per step (model time is not CPU time here)
+        task: Task | None = None
+        t0 = time.process_time()
+        try:
+            task = await synthesize(plan, self.ctx, llm=self.llm, prompts=prompts)
+            problems = await self.check(task, prompts, clock)
+        except SynthesisError as e:  # the template cannot instantiate this plan, or the wording was refused
+            problems = list(getattr(e, "problems", None) or [Problem("template", "plan", str(e))])
+        clock["synthesize"] += time.process_time() - t0 - clock["verify"] - clock["review"]
+        rounds = 0
+        while problems and task is not None and rounds < REGENERATION_BUDGET:
+            rounds += 1
+            component = problems[0].component
+            t0 = time.process_time()
+            try:
+                task = await regenerate(task, component, problems, self.ctx, llm=self.llm, prompts=prompts)
+            except SynthesisError as e:
+                problems = list(getattr(e, "problems", None) or [Problem("regeneration", component, str(e))])
+                continue
+            finally:
+                clock["regenerate"] += time.process_time() - t0
+            problems = await self.check(task, prompts, clock)
+        return _verdict(plan, task, problems, rounds, clock)
+
+
+def _verdict(plan: Any, task: Task | None, problems: list[Problem], rounds: int, clock: Counter) -> dict[str, Any]:
+    return {
+        "id": plan.id,
+        "template": plan.template,
+        "cell": plan.cell,
+        "accepted": not problems,
+        "regenerations": rounds,
+        "problems": [p.to_dict() for p in problems],
+        "task": task.model_dump(mode="json", exclude_defaults=True) if task is not None else None,
+        "cpu_seconds": {k: round(v, 5) for k, v in clock.items()},
+    }
+
+
+def _batch_stats(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    by_template: dict[str, dict[str, int]] = {}
+    problems = []
+    for v in verdicts:
+        t = by_template.setdefault(v["template"], {"planned": 0, "accepted": 0})
+        t["planned"] += 1
+        t["accepted"] += int(v["accepted"])
+        problems += [{"template": v["template"], **p} for p in v["problems"]]
+    return {
+        "planned": len(verdicts),
+        "accepted": sum(v["accepted"] for v in verdicts),
+        "by_template": by_template,
+        "problems": problems,
+    }
+
+
+async def _round(stage: _Stage, plans: list[Any], prompts: dict[str, Any], bar: Any) -> list[dict[str, Any]]:
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def guarded(plan: Any) -> dict[str, Any]:
+        async with gate:
+            v = await stage.one(plan, prompts)
+        bar.update(1)
+        return v
+
+    return list(await asyncio.gather(*(guarded(p) for p in plans)))
+
+
+def run_tasks(
+    out: str | Path,
+    domain_id: str | None = None,
+    *,
+    n: int,
+    data_dir: str | Path | None = None,
+    llm: Any = None,
+    seed: int = 0,
+    batch: int = 200,
+    review: bool = True,
+    reflect: bool = True,
+    quiet: bool = True,
+    max_rounds: int | None = None,
+) -> dict[str, Any]:
+    """Synthesize until ``n`` verified, reviewed, distinct single-request tasks are in ``out/tasks.jsonl``.
+
+    Rounds of ``batch`` plans each; after a round, reflection proposes new prompts and plan weights
+    for the next, and the round after that decides whether the update stays (its yield did not drop)
+    or is rolled back. A run that is stopped goes on from its files: accepted tasks, verdicts and
+    the current reflection version are on disk.
+    """
+    from tau_env.synthesis.planner import Planner
+    from tau_env.synthesis.records import Plan
+    from tau_env.synthesis.reflect import Reflector
+
+    _positive("n", n)
+    _positive("batch", batch)
+    run = _open(out, domain_id, data_dir, llm, seed, quiet)
+    with run:
+        domain = run.domain()
+        eg, tg = _graphs(run, domain, llm)
+        stage = _Stage(run, domain, eg, tg, llm, review)
+        reflector = Reflector(run.path / "reflection")
+        seen = {chain_signature(t) for t in _tasks(run, "tasks.jsonl")}
+        accepted = len(seen)
+        done_rounds = [s for s in run.stages() if s.get("stage") == "tasks"]
+        r = len(done_rounds)
+        previous = done_rounds[-1] if done_rounds else None
+        started = time.perf_counter()
+        while accepted < n and (max_rounds is None or r < max_rounds):
+            version = reflector.current()
+            planner = Planner(stage.templates, weights=version.weights or None, seed=seed)
+            plans: list[Plan] = planner.plan(min(batch, 2 * (n - accepted) + 10), round=r)
+            todo = {p.id: p for p in plans}
+            for v in run.read("verdicts.jsonl"):  # a round cut short: its finished plans stay finished
+                todo.pop(v["id"], None)
+            run.append("plans.jsonl", [p.to_dict() for p in plans if p.id in todo])
+            with run.progress(f"round {r}", len(todo)) as bar:
+                verdicts = asyncio.run(_round(stage, list(todo.values()), version.prompts or {}, bar))
+            fresh = []
+            for v in verdicts:
+                if v["accepted"]:
+                    task = Task.model_validate(v["task"])
+                    sig = chain_signature(task)
+                    if sig in seen:
+                        v["accepted"] = False
+                        v["problems"] = [
+                            Problem("duplicate", "plan", "the same reference chain as an accepted task").to_dict()
+                        ]
+                    elif accepted < n:
+                        seen.add(sig)
+                        fresh.append(task)
+                        accepted += 1
+            run.append("verdicts.jsonl", verdicts)
+            run.append("tasks.jsonl", [t.model_dump(mode="json", exclude_defaults=True) for t in fresh])
+            stats = _batch_stats(verdicts)
+            summary = {
+                "round": r,
+                "planned": len(plans),
+                "synthesized": sum(v["task"] is not None for v in verdicts),
+                "accepted": stats["accepted"],
+                "new": len(fresh),
+                "regenerated": sum(v["regenerations"] > 0 for v in verdicts),
+                "problems": dict(Counter(p["check"] for p in stats["problems"])),
+                "prompt_version": version.number,
+                "yield": round(stats["accepted"] / max(1, len(verdicts)), 4),
+                "cpu_seconds": {
+                    k: round(sum(v["cpu_seconds"].get(k, 0.0) for v in verdicts), 3)
+                    for k in ("synthesize", "verify", "review", "regenerate")
+                },
+            }
+            run.record_stage("tasks", summary)
+            if reflect:
+                _reflect(run, reflector, version, previous, summary, stats, llm)
+            previous = summary
+            r += 1
+        if llm is not None:
+            llm.save_usage(run)
+        run.index()
+        return {
+            "run": str(run.path),
+            "accepted": accepted,
+            "rounds": r,
+            "seconds": round(time.perf_counter() - started, 1),
+            "tasks file": str(run.path / "tasks.jsonl"),
+        }
+
+
+def _reflect(
+    run: Any, reflector: Any, version: Any, previous: dict | None, summary: dict, stats: dict, llm: Any
+) -> None:
+    """Judge the version this round used against the round before it, then propose the next one."""
+    if previous is not None and version.parent is not None and previous.get("prompt_version") != version.number:
+        decision = reflector.decide(version, before=previous, after=summary)
+        run.record_stage(
+            "reflection",
+            {
+                "round": summary["round"],
+                "version": version.number,
+                "changes": version.changes,
+                "decision": decision,
+                "yield_before": previous["yield"],
+                "yield_after": summary["yield"],
+            },
+        )
+    reflector.propose(stats, llm=llm, seed=summary["round"])
+
+
+def _tasks(run: Any, name: str) -> list[Task]:
+    return [Task.model_validate(d) for d in run.read(name)]
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be a positive integer, got {value!r:.40}.")
+
+
+# ---------------------------------------------------------------- composite tasks
+
+
+def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, review: bool = True) -> dict[str, Any]:
+    """Join accepted singles into ``n`` verified, reviewed multi-request tasks in ``composite.jsonl``."""
+    from tau_env.synthesis.compose import acompose
+
+    _positive("n", n)
+    run = _open(run_dir, None, None, None, seed, True)
+    with run:
+        domain = run.domain()
+        eg, tg = _graphs(run, domain)
+        stage = _Stage(run, domain, eg, tg, llm, review)
+        singles = _tasks(run, "tasks.jsonl")
+        if len(singles) < 2:
+            raise SynthesisError(f"{run.path}: {len(singles)} accepted single-request tasks; compose needs at least 2.")
+        kept = _tasks(run, "composite.jsonl")
+        seen = {chain_signature(t) for t in kept}
+        tried, rounds, problems = 0, 0, Counter()
+        started = time.perf_counter()
+        while len(kept) < n and rounds < 10:
+            want = n - len(kept)
+            made = asyncio.run(acompose(singles, tg, 2 * want + 5, seed=seed + rounds, llm=llm))
+            rounds += 1
+            if not made:
+                break
+            fresh = []
+            with run.progress(f"compose {rounds}", len(made)) as bar:
+                for task in made:
+                    tried += 1
+                    bar.update(1)
+                    sig = chain_signature(task)
+                    if sig in seen:
+                        problems["duplicate"] += 1
+                        continue
+                    found = asyncio.run(stage.check(task, {}))
+                    if found:
+                        problems.update(p.check for p in found)
+                        continue
+                    seen.add(sig)
+                    fresh.append(task)
+                    if len(kept) + len(fresh) >= n:
+                        break
+            run.append("composite.jsonl", [t.model_dump(mode="json", exclude_defaults=True) for t in fresh])
+            kept += fresh
+        run.record_stage(
+            "compose",
+            {
+                "planned": tried,
+                "accepted": len(kept),
+                "problems": dict(problems),
+                "seconds": round(time.perf_counter() - started, 2),
+            },
+        )
+        run.index()
+        return {
+            "run": str(run.path),
+            "composite tasks": len(kept),
+            "tried": tried,
+            "file": str(run.path / "composite.jsonl"),
+        }
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def _loader(run: Any) -> dict[str, Any]:
+    return dict(run.settings.get("loader") or {})
+
+
+def run_sft(
+    run_dir: str | Path, *, agent: Any, user: Any = None, trials: int = 1, tasks: str = "tasks.jsonl"
+) -> dict[str, Any]:
+    """Teacher rollouts on the accepted singles; successful episodes without loops become ``sft/sft.jsonl``."""
+    from tau_env.synthesis.datasets import build_sft
+
+    run = _open(run_dir, None, None, None, 0, True)
+    with run:
+        path = _nonempty(run, tasks)
+        stats = asyncio.run(
+            build_sft(
+                path,
+                run.settings["domain"],
+                run.path / "sft",
+                agent=agent,
+                user=user,
+                trials=trials,
+                loader=_loader(run),
+            )
+        )
+        run.record_stage("sft", stats)
+        return {"run": str(run.path), **stats}
+
+
+def run_rl(
+    run_dir: str | Path,
+    *,
+    policy: Any,
+    user: Any = None,
+    rollouts: int = 8,
+    band: Sequence[float] = (0.1, 0.9),
+    tasks: str = "composite.jsonl",
+) -> dict[str, Any]:
+    """``rollouts`` episodes of ``policy`` per composite task; those whose pass rate lies in ``band`` go to ``rl/``."""
+    from tau_env.synthesis.datasets import build_rl
+
+    lo, hi = band
+    if not 0.0 <= lo < hi <= 1.0:
+        raise InvalidOptionError(f"band must be two numbers 0 <= low < high <= 1, got {lo!r} {hi!r}.")
+    run = _open(run_dir, None, None, None, 0, True)
+    with run:
+        path = _nonempty(run, tasks)
+        stats = asyncio.run(
+            build_rl(
+                path,
+                run.settings["domain"],
+                run.path / "rl",
+                policy=policy,
+                user=user,
+                rollouts=rollouts,
+                band=(lo, hi),
+                loader=_loader(run),
+            )
+        )
+        run.record_stage("rl", stats)
+        return {"run": str(run.path), **stats}
+
+
+def _nonempty(run: Any, name: str) -> Path:
+    path = run.path / name
+    if not path.is_file() or not path.stat().st_size:
+        stage = "synth compose" if name == "composite.jsonl" else "synth tasks"
+        raise SynthesisError(f"{path} holds no tasks yet; run `tau-env {stage}` first.")
+    return path
+
+
+# ---------------------------------------------------------------- decontamination and report
+
+
+def run_decontaminate(
+    run_dir: str | Path, *, against: str, data_dir: str | Path | None = None, embedder: Any = None
+) -> dict[str, Any]:
+    """Remove the run's tasks that resemble ``against``'s (an env id) and say why, in ``decontamination.json``.
+
+    The removed tasks move out of ``tasks.jsonl`` / ``composite.jsonl`` into ``contaminated.jsonl``.
+    """
+    from tau_env.synthesis.decontam import decontaminate
+
+    from tau_env.registry import registry
+
+    run = _open(run_dir, None, None, None, 0, True)
+    with run:
+        domain = run.domain()
+        kwargs = {"data_dir": str(data_dir)} if data_dir is not None else {}
+        try:
+            evaluation = registry.load_domain(against, **kwargs)
+        except Error as e:
+            raise SynthesisError(f"--against {against}: {e}") from e
+        removed_all: list[dict[str, Any]] = []
+        checked = kept_n = 0
+        by_detector: Counter = Counter()
+        for name in ("tasks.jsonl", "composite.jsonl"):
+            tasks = _tasks(run, name)
+            if not tasks:
+                continue
+            report = decontaminate(
+                tasks, list(evaluation.tasks), domain=domain, against_domain=evaluation, embedder=embedder
+            )
+            gone = {r["id"] for r in report.removed}
+            checked += len(tasks)
+            kept_n += len(tasks) - len(gone)
+            by_detector.update(report.by_detector)
+            removed_all += [{**r, "file": name} for r in report.removed]
+            if gone:
+                run.append(
+                    "contaminated.jsonl",
+                    [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id in gone],
+                )
+                run.rewrite(name, [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id not in gone])
+        result = {
+            "against": against,
+            "checked": checked,
+            "kept": kept_n,
+            "removed": removed_all,
+            "by_detector": dict(by_detector),
+        }
+        run.write_json("decontamination.json", result)
+        run.record_stage(
+            "decontaminate", {k: v for k, v in result.items() if k != "removed"} | {"removed": len(removed_all)}
+        )
+        run.index()
+        return {
+            "run": str(run.path),
+            "checked": checked,
+            "kept": kept_n,
+            "removed": len(removed_all),
+            **{f"by {k}": v for k, v in by_detector.items()},
+        }
+
+
+def run_report(run_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``report.txt`` and ``report.html`` of the run."""
+    from tau_env.synthesis.report import write_report
+
+    run = _open(run_dir, None, None, None, 0, True)
+    return write_report(run)
