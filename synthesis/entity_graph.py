@@ -187,11 +187,31 @@ class EntityGraph:
     ) -> Constant:
         """The one constant of ``doc`` matching every given part (compared as slugs; ``attributes``
         such as ``tier="standard"`` compare too). KeyError listing the candidates unless exactly one.
+
+        Several values after one label on one line with the same determining attributes: the first.
+        A ``label`` that names no constant exactly (a prose line has no ``Label:``; its label is the
+        words before the value) matches the constants whose section, label and line hold all of the
+        label's words (plural ``s`` ignored); several that state one value count as one.
         """
         want = {"section": section, "row": row, "column": column, "label": label, **attributes}
         want = {k: slug(v) for k, v in want.items() if v is not None}
         mine = [c for c in self.constants if c.doc == doc]
         hits = [c for c in mine if all(slug(c.attributes.get(k, "")) == v for k, v in want.items())]
+        if not hits and label is not None:
+            rest = {k: v for k, v in want.items() if k != "label"}
+            words = _stems(label)
+            hits = [
+                c
+                for c in mine
+                if all(slug(c.attributes.get(k, "")) == v for k, v in rest.items())
+                and words <= _stems(f"{c.attributes.get('section', '')} {c.attributes.get('label', '')} {c.text}")
+            ]
+            # "refunds per 12 months": the 12 months is the label's own value, not the one asked for
+            hits = [c for c in hits if not _stems(c.attributes.get("quote", "")) <= words] or hits
+            if hits and len({(json.dumps(c.value), c.unit) for c in hits}) == 1:
+                hits = hits[:1]
+        if len(hits) > 1 and len({(c.line, *_determining(c)) for c in hits}) == 1:
+            hits = hits[:1]  # "Fee: $8, waived above $1,500": a label's first value is its value
         if len(hits) != 1:
             cands = [c.id for c in mine]
             what = "no constant" if not hits else f"{len(hits)} constants ({[c.id for c in hits]})"
@@ -232,6 +252,14 @@ class EntityGraph:
         s = folder / "entity_graph.svg"
         s.write_text(_svg(self), encoding="utf-8")
         return j, s
+
+
+def _determining(c: Constant) -> tuple[str, ...]:
+    return tuple(c.attributes.get(k, "") for k in DETERMINING)
+
+
+def _stems(text: str) -> set[str]:
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in slug(text).split("_") if w and w not in _STOP}
 
 
 def _same(a: Any, b: Any) -> bool:

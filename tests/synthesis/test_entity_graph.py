@@ -123,6 +123,19 @@ def test_get_matches_slugs_and_attributes(graph):
         graph.by_id("nope/x")
 
 
+def test_get_by_a_label_a_prose_line_does_not_name(graph):
+    # the words are in the section heading and the line; both 60s state one value
+    window = graph.get("fee_refund_eligibility", section="2. Refund window", label="Refund window")
+    assert (window.value, window.unit, window.line) == (60, "days", 19)
+    # "one (1) ... rolling 12-month period": the 12 months is part of the label, the value asked is 1
+    per_year = graph.get("standard_banking_benefits", section="Courtesy fee refunds", label="Refunds per 12 months")
+    assert per_year.value == 1
+    # "Monthly maintenance fee: $8, waived ... $1,500": a label's first value is its value
+    assert graph.get("product_everyday_checking", label="Monthly maintenance fee").value == 800
+    with pytest.raises(KeyError, match="no constant"):
+        graph.get("fee_refund_eligibility", section="2. Refund window", label="Refund deadline")
+
+
 def test_find_value(graph):
     hits = graph.find_value(3000, docs={"fee_schedule_2025"})
     assert {c.id for c in hits} == {
