@@ -163,6 +163,12 @@ class SynthLLM:
         self._per_loop = weakref.WeakKeyDictionary()
         ChatClient(model, base_url)  # checks the URL now, not at the first call
 
+    def __getstate__(self) -> dict[str, Any]:  # for worker processes: no lock, no per-loop clients
+        return {k: v for k, v in self.__dict__.items() if k not in ("_guard", "_per_loop")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _guard=threading.Lock(), _per_loop=weakref.WeakKeyDictionary())
+
     def describe(self) -> dict[str, Any]:
         """The backend as a run folder records it (``run.json``'s ``backend``)."""
         return {"model": self.model, "base_url": self.base_url, "temperature": self.temperature}

@@ -242,3 +242,14 @@ def test_bad_settings():
         SynthLLM("m", max_concurrency=0)
     with pytest.raises(InvalidOptionError):
         SynthLLM("m", "http://127.0.0.1:1/v1").json("r", MSG, attempts=0)
+
+
+def test_pickles_for_worker_processes(tmp_path):
+    import pickle
+
+    with FakeOpenAI(scripted('{"p": 1}')) as server:
+        llm = SynthLLM("m", server.url, cache_path=tmp_path / "c.sqlite")
+        assert llm.json("wording", MSG) == {"p": 1}
+        copy = pickle.loads(pickle.dumps(llm))
+        assert copy.json("wording", MSG) == {"p": 1}
+        assert len(server.requests) == 1 and copy.usage["wording"]["cached"] == 1
