@@ -462,10 +462,16 @@ def _is_separator(cells: list[str]) -> bool:
 
 
 def rule_extract(
-    doc: Any, products: dict[str, str], tiers: tuple[str, ...] = TIER_WORDS, *, family: bool = False
+    doc: Any,
+    products: dict[str, str],
+    tiers: tuple[str, ...] = TIER_WORDS,
+    *,
+    family: bool = False,
+    tool_names: frozenset[str] = frozenset(),
 ) -> list[Constant]:
     """The constants of one document (``products``: lower-case name -> product code; ``family``: the
-    document is one of a numbered series, whose constants carry the series as ``subject``).
+    document is one of a numbered series, whose constants carry the series as ``subject``; a
+    back-quoted name in ``tool_names`` names a tool, not a value).
     """
     st = _Doc(doc, products, tiers, family)
     lines = (doc.text or "").splitlines()
@@ -495,7 +501,7 @@ def rule_extract(
         if not line.strip():
             continue
         out += _line_constants(st, section, raw, i)
-    return out
+    return [c for c in out if not (c.unit == "category" and c.value in tool_names)]
 
 
 def _row_constants(st: _Doc, section: str, header: list[str], cells: list[str], line: str, i: int) -> list[Constant]:
@@ -828,9 +834,11 @@ def build_entity_graph(domain: Any, llm: Any = None, *, seed: int = 0) -> Entity
     tiers = _tiers(domain)
     constants: list[Constant] = []
     docs = list(getattr(domain, "documents", None) or [])
+    tools = frozenset(n for t in getattr(domain, "tools", None) or [] if (n := getattr(t, "name", None)))
     series = Counter(re.sub(r"_\d+$", "", d.id) for d in docs if re.search(r"_\d+$", d.id))
     for d in docs:
-        constants += rule_extract(d, products, tiers, family=series[re.sub(r"_\d+$", "", d.id)] > 1)
+        family = series[re.sub(r"_\d+$", "", d.id)] > 1
+        constants += rule_extract(d, products, tiers, family=family, tool_names=tools)
     stats = {"rule": len(constants), "llm_kept": 0, "llm_dropped": 0, "llm_duplicate": 0}
     if llm is not None:
         from tau_env.synthesis.llm import run_sync

