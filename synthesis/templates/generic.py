@@ -36,7 +36,7 @@ from tau_env.error import Error
 
 from ..records import Plan, chain_signature
 from . import BaseTemplate, Draft, IdAllocator, SynthContext
-from .generic_db import DBView, clone_customer, identity_kind, short_hash, words
+from .generic_db import DBView, Identity, clone_customer, identity_kind, short_hash, words
 from .generic_tools import (
     Cand,
     Mechanics,
@@ -52,6 +52,8 @@ __all__ = ["GenericTemplate", "Analysis", "templates", "draft_task", "synthesize
 
 _ERROR = re.compile(r"^\s*(error|failed|failure)\b", re.I)
 MAX_TRIALS = 30
+PROBE = "__probe__"
+_TOKEN = re.compile(r"^[A-Za-z][\w-]*$")
 MAX_DONORS = 4
 
 
@@ -103,8 +105,10 @@ class Analysis:
         dom = self.domain.with_tasks([task])
         try:
             db = dom.start_db(task)
-        except Error as e:  # the patch does not fit the schema: the message names what would
-            return [(f"Error: {e}", True)] * len(actions), [False] * len(actions)
+        except Error as e:  # the patch does not fit the schema: the constraint names what would
+            text = str(e).rsplit("does not fit table", 1)[-1]
+            n = len(actions)
+            return [("", False)] * (n - 1) + [(f"Error: {text.strip()}", True)], [False] * n
         try:
             box = dom.toolbox("all")
             tctx = dom.context(db, task, box)
@@ -224,6 +228,10 @@ class GenericTemplate(BaseTemplate):
             for col in column_matches(p, row, spec)[:2]:
                 for v in self._shaped(p, row[col], desc, spec):
                     out.append(Cand(v, "db", {"table": t, "rid": rid, "column": col}))
+        kind = identity_kind(p)
+        if kind and spec.get("type", "string") == "string":  # a new value (a changed email)
+            like = crow.get(next((c for c in crow if identity_kind(c) == kind), ""), "")
+            out.append(Cand(Identity.make(rng, short_hash(cid, p)).value(kind, like), "fact"))
         if not out and spec.get("type", "string") == "string" and lits:
             out += [Cand(x, "literal", {"why": f"named in {self.tool}'s description of {p}"}) for x in lits]
         if not out and spec.get("type", "string") == "string":
@@ -362,7 +370,8 @@ class GenericTemplate(BaseTemplate):
                     a[2][col] = v
         trials = 0
         for anchor in anchors:
-            mutated: dict[str, list] = {}
+            mutated: dict[tuple, set] = {}
+            applied: dict[tuple[str, str], Any] = {}
             chosen: dict[str, Cand] = {}
             cands: dict[str, list[Cand]] = {}
             for p in active:
@@ -381,6 +390,7 @@ class GenericTemplate(BaseTemplate):
                 if self.trace is not None:
                     self.trace.append((anchor[1] if anchor else None, args, bad[:1] or changed[-1:]))
                 if not bad and changed[-1]:
+                    self._mutations.update(applied)
                     return anchor, {p: cands[p][idx[p]] for p in active}
                 if not bad:
                     err = "no change"
@@ -404,7 +414,7 @@ class GenericTemplate(BaseTemplate):
                     None,
                 )  # fmt: skip
                 target = self._blamed_row(rows, err) or ref or anchor
-                if target and "not found" not in low and self._repair(target, err, errw, lits, mutated):
+                if target and "not found" not in low and self._repair(target, err, errw, lits, mutated, applied):
                     continue
                 named = [
                     p
@@ -460,7 +470,7 @@ class GenericTemplate(BaseTemplate):
                     return (t, rid, row)
         return None
 
-    def _repair(self, target, err, errw, lits, mutated) -> bool:
+    def _repair(self, target, err, errw, lits, mutated, applied) -> bool:
         """Set a field of a record that the error blames (by name, by its value, or by naming another
         value the column holds) to a value the tool's description or the error names, else to another
         value the column holds.
@@ -482,13 +492,17 @@ class GenericTemplate(BaseTemplate):
             named = literals(err) + literals(self.desc)
             lower = {x.lower(): x for x in seen}
             opts = said + [lower[x.lower()] for x in named if x.lower() in lower]
-            opts += [x for x in named if x.lower() not in lower and (x.isupper() or "_" in x)] + seen
+            opts += [x for x in named if x.lower() not in lower and _TOKEN.match(x) and x not in view.tables] + seen
             tried = mutated.setdefault((t, rid, col), {v})
-            nxt = next((x for x in dict.fromkeys(opts) if x not in tried), None)
+            pool = mutated.setdefault((t, rid, col, "pool"), [])  # values named by earlier errors too
+            pool[:] = list(dict.fromkeys(opts + pool))
+            nxt = next((x for x in pool if x not in tried), None)
+            if nxt is None and not view.benchmark_layout and isinstance(v, str) and PROBE not in tried:
+                nxt = PROBE  # a value the schema refuses: its CHECK constraint lists the legal ones
             if nxt is not None:
                 tried.add(nxt)
                 row[col] = nxt
-                self._mutations[(t, col)] = nxt
+                applied[(t, col)] = nxt
                 return True
         return False
 

@@ -137,7 +137,7 @@ class Mechanics:
 
 # --- literal values named in descriptions and error texts ---------------------------------------------
 _QUOTED = re.compile(r"""(?<![A-Za-z0-9])['"`]([^'"`\n]{1,48})['"`](?![A-Za-z0-9])""")
-_CAPS = re.compile(r"\b[A-Z][A-Z_]{2,}\b")
+_CAPS = re.compile(r"(?<![\w-])[A-Z][A-Z_]{2,}(?![\w-])")
 _SNAKE = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")
 _TOKEN = re.compile(r"^[A-Za-z][\w-]*$")
 #: Capitalised words that are prose, not values.

@@ -1,0 +1,211 @@
+"""The generic templates (synthesis/templates/generic*.py): any domain's write tools become verified tasks.
+
+Harbor Bank (shipped) exercises the tau_env layout; tau3-banking (the shared data) the benchmark layout,
+its dispatcher-called discoverable tools, and leakage against its 97 evaluation tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+
+import pytest
+from tau_env.synthesis.records import Plan, chain_signature
+from tau_env.synthesis.templates import IdAllocator, SynthContext, generic
+from tau_env.synthesis.templates.generic_db import DBView, clone_customer, identity_kind
+from tau_env.synthesis.templates.generic_tools import Mechanics, literals
+
+import tau_env
+from tests.conftest import TAU3_DATA, needs_shared
+
+
+@pytest.fixture(scope="module")
+def harbor():
+    return tau_env.registry.load_domain("harbor-bank-v0")
+
+
+@pytest.fixture(scope="module")
+def tau3():
+    from tests.conftest import require_shared
+
+    require_shared(TAU3_DATA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tau_env.registry.load_domain("tau3-banking", data_dir=str(TAU3_DATA))
+
+
+def _args(action) -> dict:
+    """An action's arguments, with a dispatcher's JSON ``arguments`` opened."""
+    args = dict(action.arguments)
+    if isinstance(args.get("arguments"), str):
+        args.update(json.loads(args.pop("arguments")))
+    return args
+
+
+# --- pieces -------------------------------------------------------------------------------------------
+def test_literals_reads_listed_values_and_skips_prose():
+    assert literals("Must be one of: 'retention_offer', 'loyalty_benefit', 'other'")[:3] == [
+        "retention_offer",
+        "loyalty_benefit",
+        "other",
+    ]
+    assert set(literals("Shipping speed: STANDARD, EXPEDITED, or RUSH")) == {"STANDARD", "EXPEDITED", "RUSH"}
+    assert "NOT" not in literals("This does NOT order a card")
+    assert "YYYY" not in literals("Date, format MM/DD/YYYY")
+    assert "SAV" not in literals("Account SAV-1b60 is closed")  # an id's prefix is no value
+
+
+def test_identity_kinds():
+    assert identity_kind("full_name") == identity_kind("name") == "name"
+    assert identity_kind("phone_number") == "phone"
+    assert identity_kind("phone_last4") is None  # a derived value, matched by its words
+    assert identity_kind("date_of_birth") == "dob"
+    assert identity_kind("shipping_address") == "address"
+    assert identity_kind("merchant_name") is None
+
+
+def test_clone_has_fresh_ids_and_no_donor_identity(harbor):
+    view = DBView.of(harbor)
+    assert (view.customer_table, view.customer_key) == ("customers", "customer_id")
+    donor = view.customers()[0]
+    owned = view.owned_rows(donor)
+    cid, ident, rows = clone_customer(view, donor, "t1", random.Random(0))
+    old_ids = {rid for rs in owned.values() for rid in rs}
+    new_ids = {rid for rs in rows.values() for rid in rs}
+    assert cid != donor and not (old_ids & new_ids)
+    assert {t: len(r) for t, r in rows.items()} == {t: len(r) for t, r in owned.items()}
+    donor_row = owned["customers"][donor]
+    text = json.dumps(rows)
+    for col in ("full_name", "email", "phone", "address", "date_of_birth"):
+        assert donor_row[col] not in text
+    assert rows["customers"][cid]["full_name"] == ident.name
+    assert all(r["customer_id"] == cid for r in rows["accounts"].values())
+    # another tag, other ids
+    cid2, _, _ = clone_customer(view, donor, "t2", random.Random(0))
+    assert cid2 != cid
+
+
+def test_mechanics_found_by_shape(harbor):
+    m = Mechanics.of(harbor)
+    assert (m.unlock, m.call, m.give, m.user_call, m.verifier) == (
+        "unlock_tool",
+        None,
+        "hand_over_tool",
+        None,
+        "verify_identity",
+    )
+    writes = set(m.write_tools())
+    assert {"lock_card", "open_account_2291", "approve_wire_in_app"} <= writes
+    assert not writes & {"verify_identity", "transfer_to_human", "get_customer", "unlock_tool"}
+    steps = m.reach("open_account_2291", {"customer_id": "C-1"})
+    assert [(s[0], s[2]) for s in steps] == [("unlock_tool", "agent"), ("open_account_2291", "agent")]
+    steps = m.reach("approve_wire_in_app", {"wire_id": "W-1"})
+    assert [(s[0], s[2]) for s in steps] == [("hand_over_tool", "agent"), ("approve_wire_in_app", "user")]
+
+
+# --- Harbor Bank: the tau_env layout ---------------------------------------------------------------------
+def test_harbor_generic_tasks_pass_check(harbor):
+    tasks, stats = generic.synthesize(harbor, 32, seed=3)
+    assert stats["tried"] == 32
+    assert stats["verified"] >= 20, stats["failures"]
+    assert stats["distinct_tools"] >= 10
+    assert len({chain_signature(t) for t in tasks}) == len(tasks)
+    assert generic.leakage(tasks, harbor.tasks) == []
+    seed_customers = {r["customer_id"] for r in harbor.seed["customers"]}
+    for t in tasks[:12]:
+        tau_env.check_task(harbor.with_tasks([t]), t, play=True)  # independently of synthesize's own check
+        new = [r["customer_id"] for r in t.initial_state["customers"]]
+        assert new and not set(new) & seed_customers
+        derivs = t.metadata["synthesis"]["derivations"]
+        assert len(derivs) == len(t.actions)
+        for a, d in zip(t.actions, derivs, strict=True):
+            assert set(a.arguments) <= set(d), (a.name, a.arguments, d)
+
+
+def test_generic_is_seeded(harbor):
+    a, _ = generic.synthesize(harbor, 12, seed=5)
+    b, _ = generic.synthesize(harbor, 12, seed=5)
+    c, _ = generic.synthesize(harbor, 12, seed=6)
+    assert [t.model_dump() for t in a] == [t.model_dump() for t in b]
+    assert {chain_signature(t) for t in a}.isdisjoint({chain_signature(t) for t in c})
+
+
+def test_instantiate_gives_a_draft_with_derivations(harbor):
+    tpls = generic.templates(harbor)
+    tpl = tpls["generic:lock_card"]
+    ctx = SynthContext(harbor, ids=IdAllocator("r1"), rng=random.Random(0))
+    draft = tpl.instantiate(Plan(id="p-0-1", template=tpl.name, intent=tpl.intent, tools=["lock_card"]), ctx)
+    names = [a.name for a in draft.actions]
+    assert names[-1] == "lock_card" and "verify_identity" in names
+    assert names.index("verify_identity") < names.index("lock_card")
+    assert {"full name", "date of birth"} <= set(draft.facts)
+    card = draft.actions[-1].arguments["card_id"]
+    assert card in {r["card_id"] for r in draft.initial_state["cards"]}
+    assert draft.derivations[-1]["card_id"]["kind"] in ("output", "db")
+
+
+# --- tau3-banking: the benchmark layout, and the evaluation set ------------------------------------------
+def _benchmark_people(domain) -> set[str]:
+    out = set()
+    for t in domain.tasks:
+        out |= set(((t.metadata.get("agent_data") or {}).get("users") or {}).get("data", {}))
+        for a in t.actions:
+            uid = _args(a).get("user_id")
+            if uid:
+                out.add(str(uid))
+    return out
+
+
+@needs_shared(TAU3_DATA)
+def test_tau3_sample_verified_over_30_tools_without_leakage(tau3):
+    tasks, stats = generic.synthesize(tau3, 40, seed=11)
+    assert stats["templates"] >= 30
+    assert stats["distinct_tools"] >= 30, stats["failures"]
+    assert stats["verified"] >= 34, stats["failures"]
+    for t in tasks:
+        tau_env.check_task(tau3.with_tasks([t]), t, play=True)
+    # no leakage: no benchmark chain, customer or record id
+    assert generic.leakage(tasks, tau3.tasks) == []
+    bench_sigs = {chain_signature(t) for t in tau3.tasks}
+    assert not {chain_signature(t) for t in tasks} & bench_sigs
+    people = _benchmark_people(tau3)
+    seed_users = set(tau3.db_json["users"]["data"])
+    for t in tasks:
+        users = set(t.metadata["agent_data"]["users"]["data"])
+        assert len(users) == 1 and not users & people and not users & seed_users
+        (uid,) = users
+        assert all(_args(a).get("user_id", uid) == uid for a in t.actions)
+        if any(a.requestor == "user" for a in t.actions):
+            assert set(t.metadata["user_tools"]) == {a.name for a in t.actions if a.requestor == "user"}
+
+
+@needs_shared(TAU3_DATA)
+def test_tau3_discoverable_chain_shape(tau3):
+    tpls = generic.templates(tau3)
+    tpl = tpls["generic:freeze_debit_card_3892"]
+    ctx = SynthContext(tau3, ids=IdAllocator("r2"), rng=random.Random(0))
+    d = tpl.instantiate(Plan(id="p-0-7", template=tpl.name, intent=tpl.intent), ctx)
+    names = [a.name for a in d.actions]
+    assert names[-2:] == ["unlock_discoverable_agent_tool", "call_discoverable_agent_tool"]
+    assert d.actions[-1].arguments["agent_tool_name"] == "freeze_debit_card_3892"
+    assert names.index("log_verification") < names.index("call_discoverable_agent_tool")
+    verify = d.actions[names.index("log_verification")].arguments
+    user = next(iter(d.metadata["agent_data"]["users"]["data"].values()))
+    assert {k: verify[k] for k in ("name", "email", "phone_number", "date_of_birth", "address")} == {
+        k: user[k] for k in ("name", "email", "phone_number", "date_of_birth", "address")
+    }
+    card = json.loads(d.actions[-1].arguments["arguments"])["card_id"]
+    assert card in d.metadata["agent_data"]["debit_cards"]["data"]
+    assert d.derivations[-1]["arguments"]["kind"] == "json"
+    assert d.required_documents and all(tau3.kb.get(doc) for doc in d.required_documents)
+
+
+@pytest.mark.slow
+@needs_shared(TAU3_DATA)
+def test_tau3_300_verified_tasks(tau3):
+    tasks, stats = generic.synthesize(tau3, 340, seed=0)
+    assert stats["verified"] >= 300, stats["failures"]
+    assert stats["distinct_tools"] >= 30
+    assert len({chain_signature(t) for t in tasks}) == len(tasks)
+    assert generic.leakage(tasks, tau3.tasks) == []
