@@ -227,7 +227,8 @@ def rule_review(task: Task, domain: Domain) -> list[Problem]:
     outcome = prov.outcome if prov else ("refusal" if task.expect_no_change else "success")
     plan = prov.plan if prov and isinstance(prov.plan, dict) else {}
     box = domain.toolbox("all").tools
-    chain = [a.name for a in task.actions]
+    chain = [a.name for a in task.actions]  # with the tools called by name through a dispatcher
+    chain += [v for a in task.actions for k, v in a.arguments.items() if k.endswith("tool_name") and isinstance(v, str)]
     problems: list[Problem] = []
 
     def add(kind: str, component: str, message: str) -> None:

@@ -68,6 +68,7 @@ KIND_COMPONENT = {
     "rule": "actions",
     "literal": "actions",
     "enum": "actions",
+    "json": "actions",
 }
 #: How many search hits must contain every required document.
 SEARCH_DEPTH = 10
@@ -362,6 +363,28 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or _norm(str(a)) == _norm(str(b))
 
 
+def initial_rows(domain: Domain, task: Task) -> dict[str, list[dict[str, Any]]]:
+    """The task's initial database as ``{table: [row]}``; a row that keeps its record as JSON text in a
+    ``_data`` column (tau3-banking's layout) also shows the record's fields as columns.
+    """
+    db = domain.start_db(task)
+    try:
+        dump = db.dump()
+    finally:
+        db.close()
+    for rows in dump.values():
+        for r in rows:
+            data = r.get("_data")
+            if isinstance(data, str) and data.startswith("{"):
+                try:
+                    fields = json.loads(data)
+                except ValueError:
+                    continue
+                if isinstance(fields, dict):
+                    r.update({k: v for k, v in fields.items() if k not in r})
+    return dump
+
+
 def _computed(got: Any, value: Any) -> bool:
     """``value`` is what a computation gave: equal, or an integer rounding (down, up, nearest) of it."""
     if _same(got, value):
@@ -390,11 +413,7 @@ class _Tracer:
     @property
     def s0(self) -> dict[str, list[dict[str, Any]]]:
         if self._s0 is None:
-            db = self.domain.start_db(self.task)
-            try:
-                self._s0 = db.dump()
-            finally:
-                db.close()
+            self._s0 = initial_rows(self.domain, self.task)
         return self._s0
 
     def trace(self, i: int, tool: str, arg: str, value: Any, d: dict[str, Any], *, replayed: bool) -> str:
@@ -404,6 +423,10 @@ class _Tracer:
         kind = d.get("kind")
         if kind == "output":
             return self._output(i, value, d) if replayed else ""
+        if kind == "rule":
+            return self._rule(i, tool, arg, value, d, replayed=replayed)
+        if kind == "json":
+            return self._json(i, value, d, replayed=replayed)
         if replayed:
             return ""
         if kind == "fact":
@@ -415,11 +438,42 @@ class _Tracer:
             if why:
                 return why
             return "" if _computed(got, value) else f"the constants give {got!r}, not {value!r}."
-        if kind == "rule":
-            return self._rule(i, tool, arg, value, d)
         if kind in ("literal", "enum"):
             return self._literal(tool, arg, value, enum=kind == "enum")
-        return f"unknown derivation kind {kind!r} (expected fact, db, output, constant, rule, literal or enum)."
+        return f"unknown derivation kind {kind!r} (expected fact, db, output, constant, rule, literal, enum or json)."
+
+    def _json(self, i: int, value: Any, d: dict[str, Any], *, replayed: bool) -> str:
+        """``{"kind": "json", "fields": {name: derivation}}``: a JSON object argument (a dispatcher's
+        ``arguments``) whose every field is traced, as an argument of the tool the action names.
+        """
+        fields = d.get("fields")
+        if not isinstance(fields, dict):
+            return "its fields must be an object {field: derivation}."
+        obj = value
+        if isinstance(value, str):
+            try:
+                obj = json.loads(value)
+            except ValueError:
+                return "the value is not JSON text."
+        if not isinstance(obj, dict):
+            return "the value is not a JSON object."
+        action = self.task.actions[i]
+        inner = next(
+            (
+                v
+                for k, v in action.arguments.items()
+                if (k == "tool_name" or k.endswith("_tool_name")) and isinstance(v, str)
+            ),
+            action.name,
+        )
+        for key, v in obj.items():
+            fd = fields.get(key)
+            if not isinstance(fd, dict) or "kind" not in fd:
+                return "" if replayed else f"its field {key!r} has no derivation."
+            why = self.trace(i, inner, key, v, fd, replayed=replayed)
+            if why:
+                return f"field {key!r}: {why}"
+        return ""
 
     def _fact(self, value: Any, d: dict[str, Any]) -> str:
         sc = self.task.scenario
@@ -521,20 +575,20 @@ class _Tracer:
         except (KeyError, TypeError):
             return None, f"no entity-graph constant {cid!r}."
 
-    def _rule(self, i: int, tool: str, arg: str, value: Any, d: dict[str, Any]) -> str:
+    def _rule(self, i: int, tool: str, arg: str, value: Any, d: dict[str, Any], *, replayed: bool) -> str:
         ids = d.get("ids")
         if not isinstance(ids, list) or not ids:
-            return "its ids must be a non-empty list of entity-graph constant ids."
-        for cid in ids:
+            return "" if replayed else "its ids must be a non-empty list of entity-graph constant ids."
+        for cid in [] if replayed else ids:
             _, why = self._constant(cid)
             if why:
                 return why
         inner = d.get("value")
         if not isinstance(inner, dict) or "kind" not in inner:
-            return "its value must be a derivation ({'kind': 'literal'} for a value the rule names)."
-        if inner.get("kind") == "output":
-            return ""  # checked after the replay
-        return self.trace(i, tool, arg, value, inner, replayed=False)
+            return (
+                "" if replayed else "its value must be a derivation ({'kind': 'literal'} for a value the rule names)."
+            )
+        return self.trace(i, tool, arg, value, inner, replayed=replayed)
 
     def _literal(self, tool: str, arg: str, value: Any, *, enum: bool) -> str:
         t = self.domain.toolbox("all").tools.get(tool)
@@ -562,14 +616,14 @@ class _Tracer:
 
 
 def trace_outputs(task: Task, prov: Provenance, tracer: _Tracer) -> list[Problem]:
-    """The ``output`` derivations (also inside rules), once ``tracer.outputs`` holds the replay's outputs."""
+    """The ``output`` derivations (also inside rules and JSON fields), once ``tracer.outputs`` holds
+    the replay's outputs.
+    """
     problems = []
     for i, (action, derivs) in enumerate(zip(task.actions, prov.derivations, strict=True)):
         for arg, value in action.arguments.items():
             d = derivs.get(arg)
-            while isinstance(d, dict) and d.get("kind") == "rule":
-                d = d.get("value")
-            if isinstance(d, dict) and d.get("kind") == "output":
+            if isinstance(d, dict):
                 why = tracer.trace(i, action.name, arg, value, d, replayed=True)
                 if why:
                     problems.append(_untraceable(i, action.name, arg, value, d, why))

@@ -550,3 +550,61 @@ def test_random_argument_mutations_never_raise(bank, good_task, data):
     assert all(p.component in COMPONENTS for p in problems)
     if not problems:  # verified: the oracle reaches reward 1 on it, as verify said
         assert run(t, bank, play=True) == []
+
+
+# --- a JSON-text argument (a dispatcher's arguments) and records kept as JSON (tau3's layout) -------
+@tool(kind="write")
+def save_note(ctx: ToolContext, payload: str) -> str:
+    """Save a note given as JSON text {"ref", "text"}.
+
+    Args:
+        payload: The note as JSON text.
+    """
+    note = json.loads(payload)
+    ctx.conn.execute("INSERT INTO log VALUES (?, ?)", (note["ref"], note["text"]))
+    return "saved"
+
+
+@pytest.fixture(scope="module")
+def notes() -> Domain:
+    return Domain(
+        name="notes",
+        schema=Schema.from_ddl(
+            "CREATE TABLE log (entry_id TEXT PRIMARY KEY, text TEXT NOT NULL) STRICT;\n"
+            "CREATE TABLE records (id TEXT PRIMARY KEY, _data TEXT NOT NULL) STRICT;"
+        ),
+        seed={"records": [{"id": "r1", "_data": json.dumps({"ref": "REF-77", "owner": "Ann"})}]},
+        tools=[save_note],
+        documents=[Document("notes", "Saving notes", "Save a note with its record reference.")],
+        policy="Save notes. {retrieval_instructions}",
+        tasks=[],
+        clock=datetime(2025, 1, 1),
+    )
+
+
+def note_task(payload: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "note-1",
+        "scenario": {"requests": ["Please save the note 'call back' on my record."], "facts": {"note": "call back"}},
+        "actions": [{"name": "save_note", "arguments": {"payload": json.dumps(payload)}}],
+        "required_documents": ["notes"],
+        "metadata": {
+            "synthesis": {
+                "plan": {"id": "p", "template": "note", "intent": "save a note"},
+                "derivations": [{"payload": {"kind": "json", "fields": fields}}],
+                "intent_query": "save a note record reference",
+            }
+        },
+    }
+
+
+def test_json_argument_fields_are_traced(notes):
+    ref = {"kind": "db", "table": "records", "key": {"id": "r1"}, "column": "ref"}
+    good = note_task({"ref": "REF-77", "text": "call back"}, {"ref": ref, "text": fact("note")})
+    assert verify(good, notes) == []
+    wrong = note_task({"ref": "REF-78", "text": "call back"}, {"ref": ref, "text": fact("note")})
+    problems = verify(wrong, notes)
+    assert checks(problems) == ["untraceable_argument"] and "field 'ref'" in problems[0].message
+    unexplained = note_task({"ref": "REF-77", "text": "call back"}, {"ref": ref})
+    problems = verify(unexplained, notes)
+    assert checks(problems) == ["untraceable_argument"] and "'text' has no derivation" in problems[0].message
