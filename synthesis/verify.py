@@ -7,12 +7,16 @@ repeat what the fix changes):
 1. ``task_model``: a dict or JSON line is a valid :class:`tau_env.Task`; ``provenance``: it carries
    ``metadata["synthesis"]`` (:class:`~tau_env.synthesis.records.Provenance`) with one derivation
    per reference action.
-2. Static checks, no database: everything :func:`tau_env.checker.task_problems` finds before a replay
+2. Static checks, no replay: everything :func:`tau_env.checker.task_problems` finds before a replay
    (``unknown_tool``, ``wrong_side``, ``episode_end``, ``named_tool``, ``missing_document``);
    ``document_not_found``: each required document is in the domain's BM25 top 10 for the plan's
-   intent query; ``missing_user_fact``: the facts the user must give are in the scenario;
+   intent query, or for one of the follow-up searches an agent makes (each decisive rule constant,
+   each discoverable tool of the chain by name, each of the customer's requests);
+   ``missing_user_fact``: the facts the user must give are in the scenario's facts;
    ``missing_derivation`` / ``untraceable_argument`` for the derivations that need no replay
-   (fact, constant, rule, literal, enum, db).
+   (fact, db, constant, rule, literal, enum, and the fields of a ``json`` derivation:
+   ``{"kind": "json", "fields": {name: derivation}}`` for an argument holding JSON text, such as
+   a dispatcher's ``arguments``). A record id (``*_id``) is never a literal.
 3. Replay on isolated databases: the rest of ``task_problems`` (``replay_error``,
    ``nondeterministic``, ``noop_passes``, ``unexpected_change``, ``refusal_changes_state``),
    the do-nothing agent (the initial state's digests against the target's: they must differ
