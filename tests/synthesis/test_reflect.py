@@ -20,7 +20,7 @@ from tau_env import Task
 from tau_env.testing import FakeOpenAI, text
 
 #: A simulated generator: the share of each template's plans that end verified and accepted.
-SUCCESS = {"replace_card": 0.9, "refund_fee": 0.8, "open_account": 0.1}
+SUCCESS = {"replace_card": 0.9, "refund_fee": 0.8, "open_account": 0.0}
 
 
 def run_batch(version: Version, n: int = 400, seed: int = 0) -> dict[str, Any]:
@@ -180,3 +180,16 @@ def _propose_with_model(r: Reflector, stats: dict[str, Any], reply: dict[str, An
         v = r.propose(stats, llm)
         assert llm.usage["reflection"]["calls"] == 1
     return v
+
+
+def test_invalid_model_proposal_falls_back_to_the_rules(tmp_path):
+    r = Reflector(tmp_path)
+    stats = run_batch(r.current(), seed=1)
+    v = _propose_with_model(r, stats, {"weights": {"no_such_template": 3.0}})
+    assert v.source == "rules" and v.weights["open_account"] < 1.0
+
+
+def test_apropose_from_async_code(tmp_path):
+    r = Reflector(tmp_path)
+    v = asyncio.run(r.apropose(run_batch(r.current(), seed=1)))
+    assert v.number == 1 and r.current().number == 1
