@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,8 @@ def _verdict(plan: Any, task: Task | None, problems: list[Problem], rounds: int,
         "template": plan.template,
         "cell": plan.cell,
         "accepted": not problems,
+        # passed the deterministic verifier (rejected, if at all, by the reviewer only)
+        "verified": task is not None and all(p.check.startswith("review") for p in problems),
         "regenerations": rounds,
         "problems": [p.to_dict() for p in problems],
         "task": task.model_dump(mode="json", exclude_defaults=True) if task is not None else None,
@@ -205,6 +208,47 @@ def _batch_stats(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
         "by_template": by_template,
         "problems": problems,
     }
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(path: str, llm: Any, review: bool) -> None:
+    """A verification process: its own domain, graphs and templates, read from the run folder."""
+    from tau_env.synthesis.run import RunFolder
+
+    run = RunFolder.open(path, lock=False)
+    domain = run.domain()
+    eg, tg = _graphs(run, domain)
+    _WORKER["stage"] = _Stage(run, domain, eg, tg, llm, review)
+
+
+def _worker_chunk(plans: list[dict[str, Any]], prompts: dict[str, Any]) -> list[dict[str, Any]]:
+    from tau_env.synthesis.records import Plan
+
+    stage = _WORKER["stage"]
+
+    async def all_of() -> list[dict[str, Any]]:
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(p: dict[str, Any]) -> dict[str, Any]:
+            async with gate:
+                return await stage.one(Plan.from_dict(p), prompts)
+
+        return list(await asyncio.gather(*(one(p) for p in plans)))
+
+    return asyncio.run(all_of())
+
+
+def _parallel(pool: ProcessPoolExecutor, plans: list[Any], prompts: dict[str, Any], workers: int, bar: Any) -> list:
+    """The plans' verdicts from ``workers`` processes, in small chunks (a slow plan holds up only its chunk)."""
+    size = max(1, min(25, len(plans) // (4 * workers) or 1))
+    chunks = [[p.to_dict() for p in plans[i : i + size]] for i in range(0, len(plans), size)]
+    out: list[dict[str, Any]] = []
+    for verdicts in pool.map(_worker_chunk, chunks, [prompts] * len(chunks)):
+        out += verdicts
+        bar.update(len(verdicts))
+    return out
 
 
 async def _round(stage: _Stage, plans: list[Any], prompts: dict[str, Any], bar: Any) -> list[dict[str, Any]]:
@@ -232,6 +276,7 @@ def run_tasks(
     reflect: bool = True,
     quiet: bool = True,
     max_rounds: int | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Synthesize until ``n`` verified, reviewed, distinct single-request tasks are in ``out/tasks.jsonl``.
 
@@ -246,7 +291,9 @@ def run_tasks(
 
     _positive("n", n)
     _positive("batch", batch)
+    _positive("workers", workers)
     run = _open(out, domain_id, data_dir, llm, seed, quiet)
+    pool: ProcessPoolExecutor | None = None
     with run:
         domain = run.domain()
         eg, tg = _graphs(run, domain, llm)
@@ -267,7 +314,14 @@ def run_tasks(
                 todo.pop(v["id"], None)
             run.append("plans.jsonl", [p.to_dict() for p in plans if p.id in todo])
             with run.progress(f"round {r}", len(todo)) as bar:
-                verdicts = asyncio.run(_round(stage, list(todo.values()), version.prompts or {}, bar))
+                if workers > 1:
+                    if pool is None:
+                        pool = ProcessPoolExecutor(
+                            workers, initializer=_worker_init, initargs=(str(run.path), llm, review)
+                        )
+                    verdicts = _parallel(pool, list(todo.values()), version.prompts or {}, workers, bar)
+                else:
+                    verdicts = asyncio.run(_round(stage, list(todo.values()), version.prompts or {}, bar))
             fresh = []
             for v in verdicts:
                 if v["accepted"]:
@@ -289,6 +343,7 @@ def run_tasks(
                 "round": r,
                 "planned": len(plans),
                 "synthesized": sum(v["task"] is not None for v in verdicts),
+                "verified": sum(v["verified"] for v in verdicts),
                 "accepted": stats["accepted"],
                 "new": len(fresh),
                 "regenerated": sum(v["regenerations"] > 0 for v in verdicts),
@@ -305,6 +360,8 @@ def run_tasks(
                 _reflect(run, reflector, version, previous, summary, stats, llm)
             previous = summary
             r += 1
+        if pool is not None:
+            pool.shutdown()
         if llm is not None:
             llm.save_usage(run)
         run.index()
@@ -549,6 +606,10 @@ def run_decontaminate(
 def run_report(run_dir: str | Path) -> tuple[Path, Path]:
     """Write ``report.txt`` and ``report.html`` of the run."""
     from tau_env.synthesis.report import write_report
+    from tau_env.synthesis.run import RunFolder
 
-    run = _open(run_dir, None, None, None, 0, True)
-    return write_report(run)
+    path = Path(run_dir)
+    if not (path / "run.json").is_file():
+        raise SynthesisError(f"{path} is not a synthesis run folder (no run.json).")
+    with RunFolder.open(path, lock=False) as run:  # a report may be written while a stage runs
+        return write_report(run)
