@@ -160,8 +160,11 @@ def test_rules_ambiguous_card(bank, good_task):
 
 
 def test_rules_wrong_expected_action(bank, good_task):
-    t = edited(good_task, lambda t: t["metadata"]["synthesis"]["plan"]["tools"].append("lock_card"))
+    t = edited(good_task, lambda t: t["metadata"]["synthesis"]["plan"].update(tools=["lock_card"]))
     assert kinds(rule_review(t, bank)) == ["wrong_expected_action"]
+    # a template's optional tools need not all be called
+    t = edited(good_task, lambda t: t["metadata"]["synthesis"]["plan"]["tools"].append("lock_card"))
+    assert rule_review(t, bank) == []
 
 
 def test_rules_impossible_constraint(bank, good_task):
