@@ -38,6 +38,9 @@ CHECKING = {
 CARD_FEE = {"damaged": {"standard": 500, "preferred": 0, "private": 0}, "lost": dict.fromkeys(TIERS, 0)}
 SHIP_FEE = {"standard": dict.fromkeys(TIERS, 0), "expedited": {"standard": 2500, "preferred": 1000, "private": 0}}
 LIMIT_MAX = {"standard": 250_000, "preferred": 500_000, "private": 1_000_000}
+# Scenarios are designed around these readings (amounts near the threshold, trips longer than the maximum);
+# the chain is computed from the graph's values, so a changed constant changes the chain, not the scenario.
+LIMIT_MIN, CREDIT_THRESHOLD, WINDOW, TRAVEL_MAX = 10_000, 10_000, 60, 90
 FEE_DOC, CREDIT_DOC, LIMIT_DOC = "fee_schedule_2025", "dispute_provisional_credit", "debit_card_daily_limits"
 CARD_ROW = {"damaged": "Damaged card", "lost": "Lost or stolen card", "stolen": "Lost or stolen card"}
 SHIP_ROW = {"standard": "Standard delivery (5-7 business days)", "expedited": "Expedited delivery (2 business days)"}
@@ -136,7 +139,7 @@ def rule(cs: list[Const], value: dict[str, Any]) -> dict[str, Any]:
 
 
 def rng_of(plan: Plan) -> random.Random:
-    return random.Random(f"{plan.template}:{plan.seed}:{plan.outcome}:{plan.failure_mode}")
+    return random.Random(f"{plan.id}:{plan.template}:{plan.seed}:{plan.outcome}:{plan.failure_mode}")
 
 
 def key_tier(plan: Plan) -> str | None:
@@ -208,7 +211,7 @@ def limit_min(ctx: SynthContext) -> Const:
         ctx,
         LIMIT_DOC,
         f"{LIMIT_DOC}/debit_card_daily_limits/minimum_limit",
-        10_000,
+        LIMIT_MIN,
         lambda c: c.unit == "cents" and "minimum" in c.attributes.get("label", "").lower(),
     )
 
@@ -219,7 +222,7 @@ def dispute_window(ctx: SynthContext) -> Const:
         ctx,
         doc,
         f"{doc}/what_can_be_disputed/within_the_last_days",
-        60,
+        WINDOW,
         lambda c: c.unit == "days" and c.attributes.get("section", "").lower() == "what can be disputed",
     )
 
@@ -230,7 +233,7 @@ def travel_max(ctx: SynthContext) -> Const:
         ctx,
         doc,
         f"{doc}/rules/maximum_length",
-        90,
+        TRAVEL_MAX,
         lambda c: c.unit == "days" and "maximum" in c.attributes.get("label", "").lower(),
     )
 
@@ -240,7 +243,7 @@ def credit_rule(ctx: SynthContext, tier: str) -> list[Const]:
     base = f"{CREDIT_DOC}/how_much_provisional_credit/{tier}/provisional_credit"
     if tier != "standard":
         return [by_id(ctx, base, "full purchase amount, immediately")]
-    return [by_id(ctx, base, 10_000), by_id(ctx, base + "~2", 0)]
+    return [by_id(ctx, base, CREDIT_THRESHOLD), by_id(ctx, base + "~2", 0)]
 
 
 def credit_for(cs: list[Const], amount: int) -> tuple[int, list[Const]]:
@@ -796,18 +799,20 @@ STORY = {
 }
 
 
-def amount_for(rng: random.Random, tier: str, threshold: int, around: bool = False) -> int:
-    """A purchase amount; ``around``: close to the standard tier's threshold (at it, just under or over)."""
-    if around:
-        return rng.choice(
-            (
-                threshold,
-                threshold - rng.randint(1, 2000),
-                threshold + rng.randint(1, 2000),
-                threshold + rng.randint(5000, 40000),
-            )
-        )
-    return rng.choice((rng.randint(500, threshold), rng.randint(threshold + 1, threshold * 8)))
+def amount_for(rng: random.Random, threshold: int, around: bool = False, above: bool | None = None) -> int:
+    """A purchase amount in cents; ``around``: close to the standard tier's threshold (at it, just under
+    or over); ``above``: over the threshold (True), at or under it (False), either (None).
+    """
+    t = max(threshold, 200)
+    under = (t, max(100, t - rng.randint(1, 2000))) if around else (rng.randint(100, t),)
+    over = (t + rng.randint(1, 2000), t + rng.randint(5000, 40000)) if around else (rng.randint(t + 1, t * 8),)
+    pool = over if above else under if above is False else under + over
+    return rng.choice(pool)
+
+
+def wants_above(plan: Plan) -> bool | None:
+    """True when the plan wants the standard tier's else-value (no credit above the threshold) decisive."""
+    return True if any(k.endswith("/standard/provisional_credit~2") for k in plan.rule_keys) else None
 
 
 def purchase(cust: Customer, acct, rng, merchant: str, amount: int, days_ago: int, status: str = "posted"):
@@ -858,7 +863,7 @@ def _dispute(plan, ctx, rng) -> Built:
         tier = key_tier(plan)
     window = dispute_window(ctx)
     cs = credit_rule(ctx, tier)
-    threshold = cs[0].value if isinstance(cs[0].value, int) else 10_000
+    threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, accts = dispute_customer(plan, ctx, rng, tier, two_accounts=fm == "underspecified")
     acct = accts[-1]
     merchant = rng.choice(MERCHANTS)
@@ -866,8 +871,8 @@ def _dispute(plan, ctx, rng) -> Built:
     docs = [*DISPUTE_DOCS]
     if fm == "multi_doc":  # a duplicate charge near the threshold: dispute the later one (or the higher id)
         reason = "duplicate"
-        amount = amount_for(rng, tier, threshold, around=True)
-        d1 = rng.randint(3, max(4, window.value - 5))
+        amount = amount_for(rng, threshold, around=True, above=wants_above(plan))
+        d1 = rng.randint(3, max(4, WINDOW - 5))
         gap = rng.choice((0, 0, 1, 2, 3))
         first = purchase(cust, acct, rng, merchant, amount, d1)
         second = purchase(cust, acct, rng, merchant, amount, d1 - gap)
@@ -882,20 +887,20 @@ def _dispute(plan, ctx, rng) -> Built:
     else:
         reason = rng.choice(tuple(STORY))
         if fm == "contradicting_claim":  # claims a better tier; the standard rule gives no credit above it
-            amount = rng.randint(threshold + 1, threshold * 6)
+            amount = rng.randint(max(threshold, 200) + 1, max(threshold, 200) * 6)
             claims["tier"] = rng.choice(("Preferred", "Private"))
             docs += [CLAIMS_DOC, "customer_tiers_overview"]
         else:
-            amount = amount_for(rng, tier, threshold)
-        target = purchase(cust, acct, rng, merchant, amount, rng.randint(1, window.value - 1))
+            amount = amount_for(rng, threshold, above=wants_above(plan))
+        target = purchase(cust, acct, rng, merchant, amount, rng.randint(1, WINDOW - 1))
         text = (
             f"There's a {money(amount)} charge from {merchant} on my debit card {STORY[reason]}. I want to dispute it."
         )
         if fm == "underspecified":
             text = f"I want to dispute a charge from {merchant} {STORY[reason]}. I'm not sure which account it hit."
-    noise(cust, acct, rng, rng.randint(1, 3), window.value, {merchant})
+    noise(cust, acct, rng, rng.randint(1, 3), WINDOW, {merchant})
     if fm == "underspecified":
-        noise(cust, accts[0], rng, rng.randint(1, 3), window.value, {merchant})
+        noise(cust, accts[0], rng, rng.randint(1, 3), WINDOW, {merchant})
     chain = Chain()
     identity_prefix(chain, cust)
     la = list_accounts(chain, cust)
@@ -903,8 +908,9 @@ def _dispute(plan, ctx, rng) -> Built:
     if acct is not accts[0]:
         src = list_txns(chain, acct, la)
     credit, used = credit_for(cs, amount)
-    unlock(chain, DISPUTE, "procedure_card_disputes")
-    dispute_step(chain, target, reason, credit, used, src)
+    if target["posted_on"] >= cust.day(window.value):  # always, unless a constant changed
+        unlock(chain, DISPUTE, "procedure_card_disputes")
+        dispute_step(chain, target, reason, credit, used, src)
     say = {"merchant": merchant, "amount": money(amount), "reason": reason}
     if fm == "underspecified":
         say.pop("amount")
@@ -933,7 +939,7 @@ def _dispute_multi(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
     window = dispute_window(ctx)
     cs = credit_rule(ctx, tier)
-    threshold = cs[0].value if isinstance(cs[0].value, int) else 10_000
+    threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
     reason = rng.choice(tuple(STORY))
     merchants = rng.sample(MERCHANTS, 3)
@@ -941,13 +947,13 @@ def _dispute_multi(plan, ctx, rng) -> Built:
     too_old = plan.failure_mode == "multi_doc"
     items = []
     for i, m in enumerate(merchants[:n]):
-        amount = amount_for(rng, tier, threshold)
+        amount = amount_for(rng, threshold, above=wants_above(plan))
         if too_old and i == 0:
-            days = window.value + rng.randint(1, 40)
+            days = WINDOW + rng.randint(1, 40)
         else:
-            days = window.value if (too_old and rng.random() < 0.3) else rng.randint(1, window.value - 1)
+            days = WINDOW if (too_old and rng.random() < 0.3) else rng.randint(1, WINDOW - 1)
         items.append((purchase(cust, acct, rng, m, amount, days), m, amount, days))
-    noise(cust, acct, rng, rng.randint(0, 2), window.value, set(merchants))
+    noise(cust, acct, rng, rng.randint(0, 2), WINDOW, set(merchants))
     chain = Chain()
     identity_prefix(chain, cust)
     la = list_accounts(chain, cust)
@@ -990,11 +996,11 @@ def _dispute_refused(plan, ctx, rng) -> Built:
     kind = rng.choice(("disputed", "not_purchase", "pending", "too_old"))
     merchant = rng.choice(MERCHANTS)
     amount = rng.randint(1000, 60000)
-    days, claims, decisive = rng.randint(1, window.value - 1), {}, []
+    days, claims, decisive = rng.randint(1, WINDOW - 1), {}, []
     reason = rng.choice(tuple(STORY))
     what = f"the {money(amount)} charge from {merchant}"
     if kind == "too_old":
-        days = window.value + rng.randint(1, 60)
+        days = WINDOW + rng.randint(1, 60)
         decisive = [window]
         if plan.failure_mode == "contradicting_claim":
             claims["date"] = "I only bought it last week."
@@ -1031,7 +1037,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
         )
         if plan.failure_mode == "contradicting_claim":
             claims["history"] = "I have never disputed it before."
-    noise(cust, acct, rng, rng.randint(1, 3), window.value, {merchant})
+    noise(cust, acct, rng, rng.randint(1, 3), WINDOW, {merchant})
     chain = Chain()
     identity_prefix(chain, cust, get_customer=kind == "too_old")
     la = list_accounts(chain, cust)
@@ -1068,16 +1074,19 @@ def _stolen(plan, ctx, rng) -> Built:
     shipping = card_choice(plan, rng)[1] or rng.choice(("standard", "expedited"))
     window = dispute_window(ctx)
     cs = credit_rule(ctx, tier)
-    threshold = cs[0].value if isinstance(cs[0].value, int) else 10_000
+    threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, card, accts = customer_with_cards(plan, ctx, rng, tier, 1)
     acct = accts[0]
     merchants = rng.sample(MERCHANTS, 4)
-    theirs = [(m, amount_for(rng, tier, threshold), rng.randint(0, 3)) for m in merchants[: rng.randint(1, 2)]]
+    theirs = [
+        (m, amount_for(rng, threshold, above=wants_above(plan)), rng.randint(0, 3))
+        for m in merchants[: rng.randint(1, 2)]
+    ]
     mine = merchants[2 : 2 + rng.randint(1, 2)]
     bad = [purchase(cust, acct, rng, m, a, d) for m, a, d in theirs]
     for m in mine:
         purchase(cust, acct, rng, m, rng.randint(500, 9000), rng.randint(0, 4))
-    noise(cust, acct, rng, rng.randint(0, 2), window.value, set(merchants))
+    noise(cust, acct, rng, rng.randint(0, 2), WINDOW, set(merchants))
     chain = Chain()
     identity_prefix(chain, cust)
     lc = list_cards(chain, cust)
@@ -1095,6 +1104,8 @@ def _stolen(plan, ctx, rng) -> Built:
     src = list_txns(chain, acct, lc)
     unlock(chain, DISPUTE, "procedure_card_disputes")
     for txn, (_, amount, _) in zip(bad, theirs, strict=True):
+        if txn["posted_on"] < cust.day(window.value):  # only when a constant changed
+            continue
         credit, used = credit_for(cs, amount)
         decisive += used
         dispute_step(chain, txn, "unauthorized", credit, used, src, lit("unrecognised purchase after a theft"))
@@ -1166,7 +1177,7 @@ def _limit(plan, ctx, rng) -> Built:
     if plan.outcome == "clarification":
         cust.cards[1]["status"] = "active"
     above = fm in ("multi_doc", "contradicting_claim")
-    req = limit_request(rng, card["daily_limit_cents"], mx.value, above)
+    req = limit_request(rng, card["daily_limit_cents"], LIMIT_MAX[tier], above)
     chain, facts, unknown, claims, docs = Chain(), {}, [], {}, [*LIMIT_DOCS]
     identity_prefix(chain, cust)
     which = "my debit card"
@@ -1219,7 +1230,9 @@ def _limit_refused(plan, ctx, rng) -> Built:
     mx, mn = limit_max(ctx, tier), limit_min(ctx)
     cust, card, _ = customer_with_cards(plan, ctx, rng, tier, rng.randint(1, 2))
     below = plan.failure_mode is None and rng.random() < 0.35
-    req = rng.randint(1, max(1, mn.value // 1000 - 1)) * 1000 if below else limit_request(rng, 0, mx.value, True)
+    req = (
+        rng.randint(1, max(1, LIMIT_MIN // 1000 - 1)) * 1000 if below else limit_request(rng, 0, LIMIT_MAX[tier], True)
+    )
     chain, claims = Chain(), {}
     identity_prefix(chain, cust)
     lc = list_cards(chain, cust)
@@ -1255,7 +1268,7 @@ def _unlock_raise(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
     mx = limit_max(ctx, tier)
     cust, card, _ = customer_with_cards(plan, ctx, rng, tier, rng.randint(1, 2), "locked")
-    req = limit_request(rng, card["daily_limit_cents"], mx.value, rng.random() < 0.3)
+    req = limit_request(rng, card["daily_limit_cents"], LIMIT_MAX[tier], rng.random() < 0.3)
     chain = Chain()
     identity_prefix(chain, cust)
     lc = list_cards(chain, cust)
@@ -1320,7 +1333,7 @@ def _travel(plan, ctx, rng) -> Built:
     if fm in ("multi_doc", "contradicting_claim"):
         kind = "abroad" if fm == "multi_doc" and rng.random() < 0.4 else "long"
         if kind == "long":
-            end = start + timedelta(days=mx.value + rng.randint(0, 120))
+            end = start + timedelta(days=TRAVEL_MAX + rng.randint(0, 120))
         else:
             start = today - timedelta(days=rng.randint(1, 14))
             end = today + timedelta(days=rng.randint(2, 45))
@@ -1586,9 +1599,11 @@ def _insist(plan, ctx, rng) -> Built:
     if rng.random() < 0.5:
         mx = limit_max(ctx, tier)
         cust, card, _ = customer_with_cards(plan, ctx, rng, tier, 1)
-        req = limit_request(rng, 0, mx.value, True)
+        req = limit_request(rng, 0, LIMIT_MAX[tier], True)
         identity_prefix(chain, cust)
-        list_cards(chain, cust)
+        lc = list_cards(chain, cust)
+        if req <= mx.value:  # only when a constant changed: the limit is then allowed
+            limit_step(chain, card, req, lc, fact("requested limit"))
         first = f"Raise the daily limit on my debit card to {money(req)}."
         decisive, docs, what = [mx], [*LIMIT_DOCS], f"a {money(req)} limit above the tier maximum"
         facts = {"card last 4 digits": card["last4"], "requested limit": money(req)}
@@ -1596,11 +1611,16 @@ def _insist(plan, ctx, rng) -> Built:
         window = dispute_window(ctx)
         cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
         m, amount = rng.choice(MERCHANTS), rng.randint(2000, 50000)
-        purchase(cust, acct, rng, m, amount, window.value + rng.randint(1, 50))
-        noise(cust, acct, rng, 2, window.value, {m})
+        days = WINDOW + rng.randint(1, 50)
+        txn = purchase(cust, acct, rng, m, amount, days)
+        noise(cust, acct, rng, 2, WINDOW, {m})
         identity_prefix(chain, cust)
         la = list_accounts(chain, cust)
-        list_txns(chain, acct, la)
+        src = list_txns(chain, acct, la)
+        if days <= window.value:  # only when a constant changed: the dispute is then allowed
+            credit, used = credit_for(credit_rule(ctx, tier), amount)
+            unlock(chain, DISPUTE, "procedure_card_disputes")
+            dispute_step(chain, txn, "not_received", credit, used, src)
         first = f"I want to dispute the {money(amount)} charge from {m}, it never arrived."
         decisive, docs, what = [window], ["procedure_card_disputes"], "a dispute outside the 60-day window"
         facts = {"dispute reason": "not_received"}
