@@ -249,19 +249,28 @@ def _db_column(schema: Any, param: str) -> tuple[str, str] | None:
     return None
 
 
-def _db_values(seed: dict[str, list[dict[str, Any]]], table: str, column: str) -> list[Any]:
-    seen: dict[Any, None] = {}
-    for row in seed.get(table, ()):
-        v = row.get(column)
-        if v is not None:
-            seen.setdefault(v, None)
-    return list(seen)
+def _db_values(db: Any, table: str, column: str) -> tuple[list[Any], int]:
+    """Up to :data:`MAX_DOMAIN_VALUES` distinct values of a column in the seed database, and their count."""
+    conn = db.conn
+    q = f'"{table}"', f'"{column}"'
+    n = conn.execute(f"SELECT COUNT(DISTINCT {q[1]}) FROM {q[0]}").fetchone()[0]
+    rows = conn.execute(
+        f"SELECT DISTINCT {q[1]} FROM {q[0]} WHERE {q[1]} IS NOT NULL ORDER BY {q[1]} LIMIT ?", (MAX_DOMAIN_VALUES,)
+    )
+    return [r[0] for r in rows], n
 
 
 def tool_nodes(domain: Any) -> dict[str, ToolNode]:
     """The nodes of ``domain``'s full toolbox, with each argument's legal domain."""
     box = domain.toolbox("all")
-    seed = domain.seed or {}
+    db = domain.start_db(None)
+    try:
+        return _nodes(domain, box, db)
+    finally:
+        db.close()
+
+
+def _nodes(domain: Any, box: Any, db: Any) -> dict[str, ToolNode]:
     nodes = {}
     for name, t in box.tools.items():
         params = {}
@@ -272,13 +281,8 @@ def tool_nodes(domain: Any) -> dict[str, ToolNode]:
                 dom["enum"] = list(s["enum"])
             col = None if name in (UNLOCK, HANDOVER) else _db_column(domain.schema, p)
             if col is not None:
-                values = _db_values(seed, *col)
-                dom["db"] = {
-                    "table": col[0],
-                    "column": col[1],
-                    "values": values[:MAX_DOMAIN_VALUES],
-                    "n_values": len(values),
-                }
+                values, n = _db_values(db, *col)
+                dom["db"] = {"table": col[0], "column": col[1], "values": values, "n_values": n}
             dom["constants"] = []
             params[p] = dom
         nodes[name] = ToolNode(
@@ -312,7 +316,7 @@ def declared_edges(domain: Any) -> list[Edge]:
             out.append(Edge(r, name, "requires", f"@tool(requires=...) of {name}"))
         for p in getattr(t, "produces", ()):
             for other, o in tools.items():
-                if other != name and o.kind == "write" and p in o.parameters.get("properties", {}):
+                if o.kind == "write" and p in o.parameters.get("properties", {}):
                     out.append(Edge(name, other, "produces", f"@tool(produces=...) of {name}", param=p))
         for c in getattr(t, "conflicts", ()):
             if c not in tools:
