@@ -425,7 +425,7 @@ def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, 
         started = time.perf_counter()
         while len(kept) < n and rounds < 10:
             want = n - len(kept)
-            made = asyncio.run(acompose(singles, tg, 2 * want + 5, seed=seed + rounds, llm=llm))
+            made = asyncio.run(acompose(singles, tg, 2 * want + 5, seed=seed + rounds, llm=llm, domain=domain))
             rounds += 1
             if not made:
                 break
