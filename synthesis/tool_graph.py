@@ -102,6 +102,8 @@ class ToolNode:
         produces: The argument names this tool's output provides to later calls.
         conflicts: The tools this one conflicts with.
         description: The tool's description.
+        rules: Entity-graph constant ids that decide whether a call is allowed at all (its
+            policy preconditions: an age limit, a refund allowance), from the reviewed file.
     """
 
     name: str
@@ -115,6 +117,7 @@ class ToolNode:
     produces: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     description: str = ""
+    rules: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -339,8 +342,11 @@ def default_overrides(domain: Any) -> Path | None:
 def load_overrides(overrides: str | Path | dict[str, Any], tools: Iterable[str]) -> tuple[str, dict[str, Any]]:
     """Read and check an override file (or dict); returns (its name for messages, the data).
 
-    Format: ``{"add": [EDGE], "remove": [EDGE], "constants": {"tool.param": [CID]}}``, where EDGE
-    is ``{"src", "dst", "kind", "param"?, "why"?}``.
+    Format: ``{"add": [EDGE], "remove": [EDGE], "constants": {"tool.param": [CID]},
+    "drop_constants": {"tool.param": [CID]}, "rules": {"tool": [CID]}}``, where EDGE is
+    ``{"src", "dst", "kind", "param"?, "why"?}``; ``constants`` links arguments to the constants
+    that decide them, ``drop_constants`` removes mined links, ``rules`` names a tool's policy
+    preconditions.
     """
     if isinstance(overrides, dict):
         where, data = "the overrides dict", overrides
@@ -355,11 +361,11 @@ def load_overrides(overrides: str | Path | dict[str, Any], tools: Iterable[str])
     if not isinstance(data, dict):
         raise SynthesisError(f"The tool-graph overrides {where} must hold a JSON object, got {type(data).__name__}.")
     known = set(tools)
-    extra = set(data) - {"add", "remove", "constants", "comment", "domain"}
+    extra = set(data) - {"add", "remove", "constants", "drop_constants", "rules", "comment", "domain"}
     if extra:
         raise SynthesisError(
             f"The tool-graph overrides {where} has unknown keys {sorted(extra)}; "
-            "expected add, remove, constants (and comment, domain)."
+            "expected add, remove, constants, drop_constants, rules (and comment, domain)."
         )
     for section in ("add", "remove"):
         entries = data.get(section, [])
@@ -379,15 +385,17 @@ def load_overrides(overrides: str | Path | dict[str, Any], tools: Iterable[str])
             unknown = set(e) - {"src", "dst", "kind", "param", "why"}
             if unknown:
                 raise SynthesisError(f"{at}: unknown fields {sorted(unknown)}; an edge has src, dst, kind, param, why.")
-    consts = data.get("constants", {})
-    if not isinstance(consts, dict):
-        raise SynthesisError(f"{where}: 'constants' must map 'tool.param' to a list of constant ids.")
-    for k, ids in consts.items():
-        tool_name, _, param = str(k).partition(".")
-        if tool_name not in known or not param:
-            raise SynthesisError(f"{where}: constants[{k!r}] must be 'tool.param' with a tool of the domain.")
-        if not isinstance(ids, list) or not all(isinstance(c, str) for c in ids):
-            raise SynthesisError(f"{where}: constants[{k!r}] must be a list of constant ids (strings).")
+    for section in ("constants", "drop_constants", "rules"):
+        consts = data.get(section, {})
+        what = "'tool'" if section == "rules" else "'tool.param'"
+        if not isinstance(consts, dict):
+            raise SynthesisError(f"{where}: '{section}' must map {what} to a list of constant ids.")
+        for k, ids in consts.items():
+            tool_name, _, param = str(k).partition(".")
+            if tool_name not in known or (section == "rules") == bool(param):
+                raise SynthesisError(f"{where}: {section}[{k!r}] must be {what} with a tool of the domain.")
+            if not isinstance(ids, list) or not all(isinstance(c, str) for c in ids):
+                raise SynthesisError(f"{where}: {section}[{k!r}] must be a list of constant ids (strings).")
     return where, data
 
 
@@ -413,6 +421,15 @@ def apply_overrides(graph: ToolGraph, overrides: str | Path | dict[str, Any]) ->
             raise SynthesisError(f"{where}: constants[{k!r}]: {tool_name} has no argument {param!r}.")
         cur = node.params[param].setdefault("constants", [])
         cur.extend(c for c in ids if c not in cur)
+    for k, ids in data.get("drop_constants", {}).items():
+        tool_name, _, param = k.partition(".")
+        dom = graph.nodes[tool_name].params.get(param)
+        if dom is None:
+            raise SynthesisError(f"{where}: drop_constants[{k!r}]: {tool_name} has no argument {param!r}.")
+        dom["constants"] = [c for c in dom.get("constants", []) if c not in ids]
+    for tool_name, ids in data.get("rules", {}).items():
+        node = graph.nodes[tool_name]
+        node.rules.extend(c for c in ids if c not in node.rules)
     graph._index()
 
 
@@ -495,9 +512,13 @@ def finish_nodes(graph: ToolGraph) -> None:
 
 
 def rule_constants(entity_graph: Any, tool_graph: ToolGraph) -> list[str]:
-    """The entity-graph constant ids linked to any tool argument: the rules synthesized tasks must make decisive."""
+    """The entity-graph constant ids linked to any tool argument or precondition (``rules``): the
+    rules synthesized tasks must make decisive. Ids the entity graph lacks are left out.
+    """
     ids: dict[str, None] = {}
     for node in tool_graph.nodes.values():
+        for c in node.rules:
+            ids.setdefault(c, None)
         for dom in node.params.values():
             for c in dom.get("constants", ()):
                 ids.setdefault(c, None)

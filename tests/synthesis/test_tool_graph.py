@@ -16,6 +16,7 @@ from tau_env.synthesis.tool_graph import (
     ToolNode,
     build_tool_graph,
     precision_recall,
+    rule_constants,
 )
 
 import tau_env
@@ -118,6 +119,35 @@ def test_with_the_reviewed_file_the_graph_is_the_truth(graph):
     assert graph.stats["by_source"]["mined"] > 0  # the follow-ups come from mining alone
 
 
+def test_constant_links_and_rule_constants(harbor):
+    from tau_env.synthesis.entity_graph import build_entity_graph
+
+    eg = build_entity_graph(harbor)
+    g = build_tool_graph(harbor, eg)
+    fee = g.nodes["replace_card_5120"].params["fee_cents"]["constants"]
+    assert fee and all(eg.by_id(c).doc == "fee_schedule_2025" for c in fee)
+    limits = g.nodes["change_daily_limit_7745"].params["new_limit_cents"]["constants"]
+    assert any("maximum_daily_spending_limit" in c for c in limits)
+    rules = rule_constants(eg, g)
+    assert set(fee) <= set(rules) and set(limits) <= set(rules)
+    assert all(eg.by_id(c) for c in rules)
+    # the reviewed file can drop a link and name a tool's policy preconditions
+    first = fee[0]
+    some_rule = next(c.id for c in eg.constants if c.doc == "procedure_travel_notices")
+    g2 = build_tool_graph(
+        harbor,
+        eg,
+        overrides={
+            "drop_constants": {"replace_card_5120.fee_cents": [first]},
+            "rules": {"set_travel_notice_3012": [some_rule, "no/such/constant"]},
+        },
+    )
+    assert first not in g2.nodes["replace_card_5120"].params["fee_cents"]["constants"]
+    assert g2.nodes["set_travel_notice_3012"].rules == [some_rule, "no/such/constant"]
+    r2 = rule_constants(eg, g2)
+    assert some_rule in r2 and "no/such/constant" not in r2
+
+
 # --- overrides -----------------------------------------------------------------------------------------
 def test_overrides_add_and_remove(harbor):
     g = build_tool_graph(
@@ -148,6 +178,8 @@ def test_overrides_add_and_remove(harbor):
         ({"add": [{"src": "a", "dst": "b", "kind": "conflict", "wy": 1}]}, r"add\[0\]: src 'a'"),
         ({"edges": []}, r"unknown keys \['edges'\]"),
         ({"constants": {"lock_card": ["x"]}}, r"constants\['lock_card'\] must be 'tool.param'"),
+        ({"rules": {"lock_card.card_id": ["x"]}}, r"rules\['lock_card.card_id'\] must be 'tool'"),
+        ({"drop_constants": []}, r"'drop_constants' must map"),
         ({"constants": {"lock_card.card_id": "x"}}, r"must be a list of constant ids"),
         ({"constants": {"lock_card.cardid": ["x"]}}, r"lock_card has no argument 'cardid'"),
     ],
