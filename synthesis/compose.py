@@ -69,6 +69,7 @@ class _Single:
     customer_row: dict[str, Any] | None
     ends: bool
     docs: frozenset[str]
+    template: str = ""
     uses: int = 0
 
 
@@ -155,6 +156,15 @@ class _Info:
         if domain is not None:
             box = domain.toolbox("all")
             self.ends |= {n for n, t in box.tools.items() if t.ends_episode}
+        self._near: dict[str, set[str]] = {}
+
+    def near(self, tool: str) -> set[str]:
+        """The tools a dependency edge joins to ``tool`` (cached)."""
+        if tool not in self._near:
+            deps = getattr(self.graph, "dependencies", None)
+            edges = deps(tool) if callable(deps) else []
+            self._near[tool] = {x for e in edges for x in (getattr(e, "src", None), getattr(e, "dst", None))} - {tool}
+        return self._near[tool]
 
     def writes_of(self, task: Task, prov: Provenance) -> frozenset[str]:
         names = set(prov.plan.get("tools") or [])
@@ -197,6 +207,7 @@ class _Info:
             customer_row=row,
             ends=any(a.name in self.ends for a in task.actions),
             docs=frozenset(task.required_documents),
+            template=str(prov.plan.get("template") or task.id),
         )
 
     def conflict(self, a: _Single, b: _Single) -> bool:
@@ -204,13 +215,7 @@ class _Info:
 
     def linked(self, a: _Single, b: _Single) -> int:
         """How strongly ``b`` follows ``a`` along the tool graph: dependency edges, then shared documents."""
-        score = 0
-        deps = getattr(self.graph, "dependencies", None)
-        if callable(deps):
-            for w in a.writes | b.writes:
-                for e in deps(w):
-                    if {getattr(e, "src", None), getattr(e, "dst", None)} & (b.writes if w in a.writes else a.writes):
-                        score += 2
+        score = sum(2 * len(self.near(w) & b.writes) for w in a.writes)
         return score + len(a.docs & b.docs)
 
 
@@ -283,7 +288,12 @@ def _remap(deriv: Any, index: dict[int, int], facts: dict[str, str]) -> Any:
     return out
 
 
+_GREETING = re.compile(r"^(hi|hello|hey|good (morning|afternoon|evening))( there)?[,.!]*\s+", re.I)
+
+
 def _lead(text: str, connective: str) -> str:
+    """A later request opened by a connective (its greeting dropped: the chat has begun)."""
+    text = _GREETING.sub("", text.strip()) or text
     first = text.split(maxsplit=1)[0] if text.strip() else ""
     keep = first.rstrip(",.!?") in ("I", "I'm", "I've", "I'd", "I'll") or first.isupper() or not first[:2].isalpha()
     return connective + (text if keep else text[:1].lower() + text[1:])
@@ -359,11 +369,13 @@ def _template_wording(p: _Parts) -> dict[str, Any]:
             conn = CONNECTIVES[2] if i == k - 1 and k > 2 else CONNECTIVES[0] if i == 1 else CONNECTIVES[1]
             text = _lead(text, conn)
         requests.append(text)  # one message per component: the oracle's closing line repeats once per message
-    instr = [
-        f"For your {_ORDINALS[min(i, len(_ORDINALS) - 1)]} request: {t.scenario.instructions.strip()}"
-        for i, t in enumerate(p.tasks)
-        if t.scenario.instructions.strip()
-    ]
+    instr, said = [], set()
+    for i, t in enumerate(p.tasks):
+        sentences = [x for x in re.split(r"(?<=[.!?])\s+", t.scenario.instructions.strip()) if x and x not in said]
+        said |= set(sentences)
+        if sentences:
+            lead = f"For your {_ORDINALS[min(i, len(_ORDINALS) - 1)]} request: " if len(p.tasks) > 1 else ""
+            instr.append(lead + " ".join(sentences))
     return {"persona": p.tasks[0].scenario.persona, "requests": requests, "instructions": " ".join(instr)}
 
 
@@ -448,7 +460,7 @@ class _Joiner:
             return False
         if any(self._conflict(m, j) for m in members):
             return False
-        return _customer_mapping(first, s, self.info.key) is not None
+        return s.customer == first.customer or (s.customer_row is not None and first.customer_row is not None)
 
     def join(self, members: list[int]) -> list[tuple[Task, Provenance]] | None:
         """The rewritten components, ends-episode one last; None when their record ids collide."""
@@ -497,6 +509,8 @@ def _choose(joiner: _Joiner, n: int, sizes: tuple[int, int], rng: random.Random)
             cands = [j for j in group if joiner.compatible(members, j)]
             if not cands:
                 break
+            used = {singles[m].template for m in members}
+            cands = [j for j in cands if singles[j].template not in used] or cands  # other intents first
             score = {j: sum(joiner.info.linked(singles[m], singles[j]) for m in members) for j in cands}
             best = max(score.values())
             if best > 0 and rng.random() < 0.75:

@@ -283,3 +283,72 @@ def test_property_never_conflicting_mixed_colliding_or_oversized(seed, n_tasks, 
         for a, d in zip(c.actions, Provenance.of(c).derivations, strict=True):
             if a.name == "verify_identity":
                 assert c.actions[d["customer_id"]["action"]].name == "find_customer"
+
+
+# --- real synthesized singles and real tool graphs ---------------------------------------------------
+def test_composites_of_synthesized_harbor_singles_pass_check_task(harbor):
+    from tau_env.synthesis.planner import Planner
+    from tau_env.synthesis.synthesizer import synthesize, templates_of
+    from tau_env.synthesis.templates import SynthContext
+    from tau_env.synthesis.templates import harbor_bank as hb
+    from tau_env.synthesis.tool_graph import build_tool_graph
+
+    ctx = SynthContext(harbor, templates=dict(hb.TEMPLATES))
+    singles = [asyncio.run(synthesize(p, ctx)) for p in Planner(templates_of(ctx), seed=4).plan(120)]
+    graph = build_tool_graph(harbor)
+    comps = compose(singles, graph, 15, seed=4, domain=harbor)
+    assert len(comps) == 15
+    d = harbor.with_tasks(comps)
+    by_id = {t.id: t for t in singles}
+    writes = set(graph.write_tools())
+    for c in comps:
+        tau_env.check_task(d, c, play=True)
+        prov = Provenance.of(c)
+        parts = [by_id[i] for i in prov.components]
+        assert len({Provenance.of(p).plan["persona"]["tier"] for p in parts}) == 1
+        tools = [{a.name for a in p.actions} & writes - {"verify_identity"} for p in parts]
+        for x in range(len(tools)):
+            for y in range(x + 1, len(tools)):
+                assert not any(graph.conflict(u, v) for u in tools[x] for v in tools[y])
+        assert sum(a.name == "verify_identity" for a in c.actions) == 1
+        assert not any(r.lower().startswith(("also, hi", "also, hello")) for r in c.scenario.requests)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n_tasks=st.integers(2, 20), density=st.floats(0.0, 0.9))
+def test_property_with_toolgraph_objects(seed, n_tasks, density):
+    from tau_env.synthesis.tool_graph import Edge, ToolGraph, ToolNode
+
+    rng = random.Random(seed)
+    nodes = {t: ToolNode(t, "agent", "write") for t in TOOLS}
+    nodes["verify_identity"] = ToolNode("verify_identity", "agent", "write")
+    edges = [Edge(a, b, "conflict") for a in TOOLS for b in TOOLS if a <= b and rng.random() < density]
+    edges += [Edge(a, b, "requires") for a in TOOLS for b in TOOLS if a != b and rng.random() < 0.2]
+    graph = ToolGraph("random", nodes, edges)
+    pool = make_pool(rng, n_tasks)
+    by_id = {t.id: t for t in pool}
+    for c in compose(pool, graph, 8, seed=seed):
+        parts = [by_id[i] for i in Provenance.of(c).components]
+        assert 2 <= len(parts) <= 4
+        assert len({Provenance.of(p).plan["persona"]["tier"] for p in parts}) == 1
+        names = [{a.name for a in p.actions} & set(TOOLS) for p in parts]
+        for x in range(len(names)):
+            for y in range(x + 1, len(names)):
+                assert not any(graph.conflict(u, v) for u in names[x] for v in names[y])
+        items = [r["item_id"] for r in c.initial_state.get("items", [])]
+        assert len(items) == len(set(items))
+
+
+def test_property_pools_are_not_vacuous():
+    """The random pools both yield composites and hold conflicting pairs the composer must avoid."""
+    rng = random.Random(5)
+    pairs = [(a, b) for a in TOOLS for b in TOOLS if a <= b and rng.random() < 0.3]
+    graph = Graph(TOOLS, pairs)
+    pool = make_pool(rng, 24)
+    tools = {t.id: Provenance.of(t).plan["tools"] for t in pool}
+    conflicting = sum(
+        any(graph.conflict(a, b) for a in tools[x.id] for b in tools[y.id]) for x in pool for y in pool if x.id < y.id
+    )
+    assert conflicting >= 20
+    comps = compose(pool, graph, 10, seed=5)
+    assert len(comps) >= 5
