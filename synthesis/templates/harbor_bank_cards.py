@@ -20,7 +20,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from ..records import Plan
-from . import BaseTemplate, Chain, Const, Customer, Draft, SynthContext, identity_prefix, new_customer, unlock
+from . import BaseTemplate, Chain, Const, Customer, Draft, SynthContext, identity_prefix, new_customer, slug, unlock
 
 TIERS = ("standard", "preferred", "private")
 TIER_DOC = {
@@ -206,14 +206,14 @@ def limit_max(ctx: SynthContext, tier: str) -> Const:
     )
 
 
-def limit_min(ctx: SynthContext) -> Const:
-    return find(
-        ctx,
-        LIMIT_DOC,
-        f"{LIMIT_DOC}/debit_card_daily_limits/minimum_limit",
-        LIMIT_MIN,
-        lambda c: c.unit == "cents" and "minimum" in c.attributes.get("label", "").lower(),
-    )
+def limit_min(ctx: SynthContext, procedure: bool = False) -> Const:
+    """The lowest daily limit, as Debit Card Daily Limits states it or as the agents' procedure does."""
+    if procedure:
+        doc = "procedure_daily_card_limits"
+        return find(ctx, doc, f"{doc}/rules/lowest_daily_limit", LIMIT_MIN,
+                    lambda c: c.unit == "cents" and "lowest" in c.attributes.get("label", "").lower())  # fmt: skip
+    return find(ctx, LIMIT_DOC, f"{LIMIT_DOC}/debit_card_daily_limits/minimum_limit", LIMIT_MIN,
+                lambda c: c.unit == "cents" and "minimum" in c.attributes.get("label", "").lower())  # fmt: skip
 
 
 def dispute_window(ctx: SynthContext) -> Const:
@@ -257,13 +257,58 @@ def credit_for(cs: list[Const], amount: int) -> tuple[int, list[Const]]:
     return (amount if "full" in str(first.value).lower() else 0), [first]
 
 
-def handoff_reason(ctx: SynthContext, reason: str) -> tuple[str, Const]:
-    """The reason code the hand-off table names for a situation (its first back-quoted word)."""
-    c = ctx.const(
-        HANDOFF_DOC, reason, section="When to transfer, and the reason to use", row=HANDOFF_ROW[reason], column="Reason"
+def code_of(c: Const, fallback: str) -> str:
+    """The code a categorical constant names (its first word, back-quotes and punctuation stripped)."""
+    words = str(c.value).strip().strip("`").split()
+    return words[0].strip("`,.;") if words else fallback
+
+
+def handoff_reason(ctx: SynthContext, reason: str, source: tuple[str, str] | None = None) -> tuple[str, Const]:
+    """The reason code for a situation: from the hand-off table, or from ``source`` (doc, label word),
+    the document that handles the situation and names the code itself.
+    """
+    if source is not None:
+        doc, word = source
+        c = find(
+            ctx, doc, f"{doc}/{word}", reason, lambda c: c.unit == "category" and word in slug(c.id.split("/")[-1])
+        )
+    else:
+        c = ctx.const(
+            HANDOFF_DOC,
+            reason,
+            section="When to transfer, and the reason to use",
+            row=HANDOFF_ROW[reason],
+            column="Reason",
+        )
+    return code_of(c, reason), c
+
+
+def dispute_code(ctx: SynthContext, reason: str) -> Const:
+    """The reason code ``procedure_card_disputes`` lists for a dispute reason."""
+    doc = "procedure_card_disputes"
+    return find(
+        ctx,
+        doc,
+        f"{doc}/dispute_reasons/{reason}",
+        reason,
+        lambda c: (
+            c.unit == "category"
+            and c.id.split("/")[1] == "dispute_reasons"
+            and slug(c.attributes.get("label", "")) == reason
+        ),
     )
-    word = str(c.value).strip().strip("`").split()[0] if str(c.value).strip() else reason
-    return word.strip("`,.;"), c
+
+
+def theft_code(ctx: SynthContext) -> Const:
+    """The reason code for purchases made with a stolen card (``procedure_card_replacement``)."""
+    doc = "procedure_card_replacement"
+    return find(
+        ctx,
+        doc,
+        f"{doc}/stolen_cards/dispute_reason",
+        "unauthorized",
+        lambda c: c.unit == "category" and "stolen" in c.id.split("/")[1],
+    )
 
 
 def persona(plan: Plan, cust: Customer, rng: random.Random, **extra: Any) -> dict[str, Any]:
@@ -420,8 +465,6 @@ def template(name: str, intent: str, tools: tuple[str, ...], supported, rule_key
 
 
 def rk(doc: str, section: str, row: str, column: str) -> str:
-    from . import slug
-
     return f"{doc}/{slug(section)}/{slug(row)}/{slug(column)}"
 
 
@@ -828,16 +871,20 @@ def noise(cust: Customer, acct, rng, n: int, window: int, avoid: set[str]) -> No
         cust.txn(acct, "Payroll deposit", rng.randint(100, 400) * 1000, "deposit", days_ago=rng.randint(1, 30))
 
 
-def dispute_step(chain: Chain, txn, reason: str, credit: int, cs: list[Const], src: int, reason_from=None):
-    return chain.add(
+def dispute_step(ctx, chain: Chain, txn, reason: str, credit: int, cs: list[Const], src: int, code=None) -> Const:
+    """Unlock is the caller's; the reason is the code the documents name (``code`` or the dispute reasons list)."""
+    inner = fact("dispute reason") if code is None else lit("the reason code the document names for this case")
+    code = code or dispute_code(ctx, reason)
+    chain.add(
         DISPUTE,
-        {"txn_id": txn["txn_id"], "reason": reason, "provisional_credit_cents": credit},
+        {"txn_id": txn["txn_id"], "reason": code_of(code, reason), "provisional_credit_cents": credit},
         {
             "txn_id": out(src),
-            "reason": reason_from or fact("dispute reason"),
+            "reason": rule([code], inner),
             "provisional_credit_cents": rule(cs, out(src) if credit else lit("no provisional credit")),
         },
     )
+    return code
 
 
 def dispute_customer(plan, ctx, rng, tier, two_accounts=False):
@@ -910,7 +957,7 @@ def _dispute(plan, ctx, rng) -> Built:
     credit, used = credit_for(cs, amount)
     if target["posted_on"] >= cust.day(window.value):  # always, unless a constant changed
         unlock(chain, DISPUTE, "procedure_card_disputes")
-        dispute_step(chain, target, reason, credit, used, src)
+        used = [*used, dispute_step(ctx, chain, target, reason, credit, used, src)]
     say = {"merchant": merchant, "amount": money(amount), "reason": reason}
     if fm == "underspecified":
         say.pop("amount")
@@ -965,7 +1012,7 @@ def _dispute_multi(plan, ctx, rng) -> Built:
             continue
         credit, used = credit_for(cs, amount)
         decisive += used
-        dispute_step(chain, txn, reason, credit, used, src)
+        decisive.append(dispute_step(ctx, chain, txn, reason, credit, used, src))
     listed = ", ".join(f"{m} for {money(a)}" + (f" ({cust.day(d)})" if too_old else "") for _, m, a, d in items)
     text = f"I want to dispute these debit card charges {STORY[reason]}: {listed}."
     return Built(
@@ -1046,7 +1093,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
     if eligible:  # only when a constant changed: the rule then allows it
         credit, used = credit_for(cs, amount)
         unlock(chain, DISPUTE, "procedure_card_disputes")
-        dispute_step(chain, txn, reason, credit, used, src)
+        decisive.append(dispute_step(ctx, chain, txn, reason, credit, used, src))
     text = f"I want to dispute {what} {STORY[reason]}."
     return Built(
         cust,
@@ -1108,7 +1155,7 @@ def _stolen(plan, ctx, rng) -> Built:
             continue
         credit, used = credit_for(cs, amount)
         decisive += used
-        dispute_step(chain, txn, "unauthorized", credit, used, src, lit("unrecognised purchase after a theft"))
+        decisive.append(dispute_step(ctx, chain, txn, "unauthorized", credit, used, src, theft_code(ctx)))
     listed = " and ".join(f"{m} for {money(a)}" for m, a, _ in theirs)
     ok = " and ".join(mine)
     theft = f"Someone stole my debit card. Please block it and send me a new one, {ship_words(shipping, rng)}."
@@ -1227,7 +1274,7 @@ def _limit(plan, ctx, rng) -> Built:
 )
 def _limit_refused(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
-    mx, mn = limit_max(ctx, tier), limit_min(ctx)
+    mx, mn = limit_max(ctx, tier), limit_min(ctx, procedure=rng.random() < 0.5)
     cust, card, _ = customer_with_cards(plan, ctx, rng, tier, rng.randint(1, 2))
     below = plan.failure_mode is None and rng.random() < 0.35
     req = (
@@ -1408,8 +1455,8 @@ def _travel_refused(plan, ctx, rng) -> Built:
 
 
 # --- transfer_to_human ---------------------------------------------------------------------------------------
-def handoff(ctx, chain: Chain, situation: str, summary: str) -> Const:
-    code, c = handoff_reason(ctx, situation)
+def handoff(ctx, chain: Chain, situation: str, summary: str, source: tuple[str, str] | None = None) -> Const:
+    code, c = handoff_reason(ctx, situation, source)
     chain.add(
         "transfer_to_human",
         {"summary": summary, "reason": code},
@@ -1451,6 +1498,7 @@ def _estate(plan, ctx, rng) -> Built:
         "legal_or_estate",
         f"Caller {caller} ({caller_role}) reports the death of {cust.name}; "
         f"asks to {want}. Nothing verified or disclosed.",
+        ("deceased_customers_and_estates", "transfer") if plan.failure_mode else None,
     )
     text = f"My {rel}, {cust.name}, passed away last week. I'm calling to {want}."
     if plan.failure_mode == "multi_doc":
@@ -1512,6 +1560,7 @@ def _takeover(plan, ctx, rng) -> Built:
         "fraud_or_security",
         f"Verified customer {cust.id} reports an account takeover. "
         f"Locked cards {', '.join(locked)}. No other changes made.",
+        ("security_account_takeover", "chat_transfer") if plan.failure_mode == "multi_doc" else None,
     )
     sign = rng.choice(
         (
@@ -1568,6 +1617,7 @@ def _takeover_unverified(plan, ctx, rng) -> Built:
         "fraud_or_security",
         f"Caller claiming to be {cust.name} reports an account takeover; "
         "the caller could not be verified. Nothing locked or changed.",
+        ("security_account_takeover", "verification_fails"),
     )
     text = "Someone has taken over my online banking, they changed my password! Lock everything now."
     return Built(
@@ -1620,7 +1670,7 @@ def _insist(plan, ctx, rng) -> Built:
         if days <= window.value:  # only when a constant changed: the dispute is then allowed
             credit, used = credit_for(credit_rule(ctx, tier), amount)
             unlock(chain, DISPUTE, "procedure_card_disputes")
-            dispute_step(chain, txn, "not_received", credit, used, src)
+            dispute_step(ctx, chain, txn, "not_received", credit, used, src)
         first = f"I want to dispute the {money(amount)} charge from {m}, it never arrived."
         decisive, docs, what = [window], ["procedure_card_disputes"], "a dispute outside the 60-day window"
         facts = {"dispute reason": "not_received"}

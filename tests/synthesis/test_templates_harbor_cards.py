@@ -168,6 +168,9 @@ DECISIVE_CASES = [
     ("unlock_and_raise_limit", "success", "implicit_order"),
     ("set_travel_notice", "success", "contradicting_claim"),
     ("estate_transfer", "transfer", None),
+    ("estate_transfer", "transfer", "multi_doc"),
+    ("takeover_unverified", "transfer", "contradicting_claim"),
+    ("file_dispute_multi", "success", None),
     ("account_takeover", "transfer", "multi_doc"),
     ("insist_on_human", "transfer", None),
 ]
