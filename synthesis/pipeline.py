@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.synthesis.errors import SynthesisError
-from tau_env.synthesis.records import Problem, chain_signature
+from tau_env.synthesis.records import Plan, Problem, chain_signature
 
 from tau_env import Task
 from tau_env.error import Error, InvalidOptionError
@@ -240,15 +240,23 @@ def _worker_chunk(plans: list[dict[str, Any]], prompts: dict[str, Any]) -> list[
     return asyncio.run(all_of())
 
 
-def _parallel(pool: ProcessPoolExecutor, plans: list[Any], prompts: dict[str, Any], workers: int, bar: Any) -> list:
-    """The plans' verdicts from ``workers`` processes, in small chunks (a slow plan holds up only its chunk)."""
-    size = max(1, min(25, len(plans) // (4 * workers) or 1))
-    chunks = [[p.to_dict() for p in plans[i : i + size]] for i in range(0, len(plans), size)]
-    out: list[dict[str, Any]] = []
-    for verdicts in pool.map(_worker_chunk, chunks, [prompts] * len(chunks)):
-        out += verdicts
-        bar.update(len(verdicts))
-    return out
+#: Plans per chunk: verdicts are written after each chunk, so a killed run loses at most one.
+CHUNK = 25
+
+
+def _chunks(
+    stage: _Stage, pool: ProcessPoolExecutor | None, plans: list[Any], prompts: dict[str, Any], workers: int, bar: Any
+):
+    """The plans' verdicts, chunk by chunk in plan order: from ``workers`` processes, or this one."""
+    chunks = [plans[i : i + CHUNK] for i in range(0, len(plans), CHUNK)]
+    if pool is not None:
+        dicts = [[p.to_dict() for p in c] for c in chunks]
+        for verdicts in pool.map(_worker_chunk, dicts, [prompts] * len(dicts)):
+            bar.update(len(verdicts))
+            yield verdicts
+        return
+    for c in chunks:
+        yield asyncio.run(_round(stage, c, prompts, bar))
 
 
 async def _round(stage: _Stage, plans: list[Any], prompts: dict[str, Any], bar: Any) -> list[dict[str, Any]]:
@@ -286,7 +294,6 @@ def run_tasks(
     the current reflection version are on disk.
     """
     from tau_env.synthesis.planner import Planner
-    from tau_env.synthesis.records import Plan
     from tau_env.synthesis.reflect import Reflector
 
     _positive("n", n)
@@ -307,37 +314,41 @@ def run_tasks(
         started = time.perf_counter()
         while accepted < n and (max_rounds is None or r < max_rounds):
             version = reflector.current()
-            planner = Planner(stage.templates, weights=version.weights or None, seed=seed)
-            plans: list[Plan] = planner.plan(min(batch, 2 * (n - accepted) + 10), round=r)
-            todo = {p.id: p for p in plans}
-            for v in run.read("verdicts.jsonl"):  # a round cut short: its finished plans stay finished
-                todo.pop(v["id"], None)
-            run.append("plans.jsonl", [p.to_dict() for p in plans if p.id in todo])
+            prompts = version.prompts or {}
+            # a round cut short keeps its plans (plans.jsonl) and its finished verdicts (verdicts.jsonl)
+            plans = [Plan.from_dict(p) for p in run.read("plans.jsonl") if p.get("round") == r]
+            if not plans:
+                planner = Planner(stage.templates, weights=version.weights or None, seed=seed)
+                plans = planner.plan(min(batch, 2 * (n - accepted) + 10), round=r)
+                run.append("plans.jsonl", [{**p.to_dict(), "round": r} for p in plans])
+            ids = {p.id for p in plans}
+            verdicts = [v for v in run.read("verdicts.jsonl") if v["id"] in ids]
+            done = {v["id"] for v in verdicts}
+            todo = [p for p in plans if p.id not in done]
             with run.progress(f"round {r}", len(todo)) as bar:
-                if workers > 1:
-                    if pool is None:
-                        pool = ProcessPoolExecutor(
-                            workers, initializer=_worker_init, initargs=(str(run.path), llm, review)
-                        )
-                    verdicts = _parallel(pool, list(todo.values()), version.prompts or {}, workers, bar)
-                else:
-                    verdicts = asyncio.run(_round(stage, list(todo.values()), version.prompts or {}, bar))
-            fresh = []
-            for v in verdicts:
-                if v["accepted"]:
-                    task = Task.model_validate(v["task"])
-                    sig = chain_signature(task)
-                    if sig in seen:
-                        v["accepted"] = False
-                        v["problems"] = [
-                            Problem("duplicate", "plan", "the same reference chain as an accepted task").to_dict()
-                        ]
-                    elif accepted < n:
-                        seen.add(sig)
-                        fresh.append(task)
-                        accepted += 1
-            run.append("verdicts.jsonl", verdicts)
-            run.append("tasks.jsonl", [t.model_dump(mode="json", exclude_defaults=True) for t in fresh])
+                if workers > 1 and todo and pool is None:
+                    pool = ProcessPoolExecutor(workers, initializer=_worker_init, initargs=(str(run.path), llm, review))
+                for chunk in _chunks(stage, pool, todo, prompts, workers, bar):
+                    # in plan order, so the same seed gives the same tasks whatever finishes first
+                    fresh = []
+                    for v in chunk:
+                        if v["accepted"]:
+                            task = Task.model_validate(v["task"])
+                            sig = chain_signature(task)
+                            if sig in seen:
+                                v["accepted"] = False
+                                v["problems"] = [
+                                    Problem(
+                                        "duplicate", "plan", "the same reference chain as an accepted task"
+                                    ).to_dict()
+                                ]
+                            elif accepted < n:
+                                seen.add(sig)
+                                fresh.append(task)
+                                accepted += 1
+                    run.append("verdicts.jsonl", chunk)
+                    run.append("tasks.jsonl", [t.model_dump(mode="json", exclude_defaults=True) for t in fresh])
+                    verdicts += chunk
             stats = _batch_stats(verdicts)
             summary = {
                 "round": r,
@@ -345,7 +356,6 @@ def run_tasks(
                 "synthesized": sum(v["task"] is not None for v in verdicts),
                 "verified": sum(v["verified"] for v in verdicts),
                 "accepted": stats["accepted"],
-                "new": len(fresh),
                 "regenerated": sum(v["regenerations"] > 0 for v in verdicts),
                 "problems": dict(Counter(p["check"] for p in stats["problems"])),
                 "prompt_version": version.number,
