@@ -46,6 +46,7 @@ from .generic_tools import (
     id_tables,
     literals,
     params_of,
+    table_score,
 )
 
 __all__ = ["GenericTemplate", "Analysis", "templates", "draft_task", "synthesize", "leakage", "tool_error"]
@@ -161,6 +162,8 @@ class GenericTemplate(BaseTemplate):
         self.intent = _first_sentence(t.description)
         self.tools = (tool,)
         self.desc = t.description or ""
+        #: Words that say which records the tool is about (its name, description and parameter names).
+        self.ctxw = words(tool) | words(self.desc) | {w for p in params_of(t) for w in words(p)} - {"id"}
         self.side = t.side
         self.docs = [d.id for d in an.domain.documents if tool in (d.text or "")][:3]
         self.failures: Counter[str] = Counter()
@@ -172,12 +175,13 @@ class GenericTemplate(BaseTemplate):
     def _anchor_tables(self) -> list[str]:
         """The tables the write's first record argument may name (a donor must own rows there)."""
         view = self.an.view
-        ctxw = words(self.tool) | words(self.desc)
+        ctxw = self.ctxw
+        out = []
         for p in self._params()[1]:
             tables = id_tables(view, p, ctxw)
             if tables and tables[0] != view.customer_table and p != view.customer_key:
-                return tables[:2]
-        return []
+                out.append(tables[0])
+        return list(dict.fromkeys(out))
 
     # --- candidates --------------------------------------------------------------------------------
     def _params(self) -> tuple[dict[str, dict], list[str]]:
@@ -189,14 +193,15 @@ class GenericTemplate(BaseTemplate):
     def _candidates(self, p, spec, rows, crow, cid, anchor, chosen, rng) -> list[Cand]:
         view = self.an.view
         desc = str(spec.get("description", ""))
-        ctxw = words(self.tool) | words(self.desc)
+        ctxw = self.ctxw
         tables = id_tables(view, p, ctxw)
         out: list[Cand] = []
         if tables:
             if tables[0] == view.customer_table or p == view.customer_key:
                 return [Cand(cid, "db", {"table": view.customer_table, "rid": cid, "column": view.customer_key})]
             extra = (words(p) | words(desc)) - {"id"} - {w for t in tables[:1] for w in words(t)}
-            for t in tables[:2]:
+            top = table_score(view, p, tables[0], ctxw)
+            for t in [t for t in tables[:2] if table_score(view, p, t, ctxw) >= top - 0.5]:
                 idc = view.id_column[t]
                 ranked = []
                 for rid, row in rows.get(t, {}).items():
@@ -235,11 +240,20 @@ class GenericTemplate(BaseTemplate):
         if not out and spec.get("type", "string") == "string" and lits:
             out += [Cand(x, "literal", {"why": f"named in {self.tool}'s description of {p}"}) for x in lits]
         if not out and spec.get("type", "string") == "string":
-            for t, rs in rows.items():  # a column elsewhere that names the same thing (a product type)
-                for row in list(rs.values())[:3]:
-                    for col in column_matches(p, row, spec)[:1]:
-                        if isinstance(row[col], str) and row[col] and col != view.id_column.get(t):
-                            out.append(Cand(row[col], "fact"))
+            best = None  # a categorical column that names the same thing (a product type)
+            for t, rs in view.tables.items():
+                for col in column_matches(p, next(iter(rs.values()), {}), spec):
+                    if "id" in words(col) - words(p):
+                        continue
+                    vals = [v for v in view.distinct(t, col, limit=17) if isinstance(v, str) and v]
+                    if 1 < len(vals) <= 16 and len(rs) >= 2 * len(vals):
+                        score = (len(words(p) & words(col)), len(rs))
+                        if best is None or score > best[0]:
+                            best = (score, t, col, vals)
+            if best is not None:
+                _, t, col, vals = best
+                rng.shuffle(vals)
+                out += [Cand(v, "literal", {"why": f"a value of {t}.{col} in the database"}) for v in vals]
         pdw = words(p) | words(desc)
         if (
             any(w.startswith("digit") or w == "last4" for w in pdw)
@@ -352,7 +366,7 @@ class GenericTemplate(BaseTemplate):
         ps, req = self._params()
         crow = rows[view.customer_table][cid]
         active = list(req)
-        ctxw = words(self.tool) | words(self.desc)
+        ctxw = self.ctxw
         anchor_param = next(
             (p for p in active if id_tables(view, p, ctxw) and id_tables(view, p, ctxw)[0] != view.customer_table),
             None,
@@ -360,7 +374,9 @@ class GenericTemplate(BaseTemplate):
         anchors: list[tuple[str, str, dict] | None] = [None]
         if anchor_param:
             anchors = []
-            for t in id_tables(view, anchor_param, ctxw)[:2]:
+            tables = id_tables(view, anchor_param, ctxw)
+            top = table_score(view, anchor_param, tables[0], ctxw)
+            for t in [t for t in tables[:2] if table_score(view, anchor_param, t, ctxw) >= top - 0.5]:
                 some = [(t, rid, row) for rid, row in rows.get(t, {}).items()]
                 rng.shuffle(some)
                 anchors += some[:3]
@@ -510,51 +526,86 @@ class GenericTemplate(BaseTemplate):
         user = sorted({a.name for a in actions if a.requestor == "user"})
         return {"user_tools": user} if user else {}
 
-    def _lookups(self, rows, cid, opening, write_args, cands) -> tuple[list[Action], list[dict]]:
-        """Read calls whose outputs hold the record ids the write names (the agent cannot know them)."""
+    def _lookups(self, rows, cid, opening, cands) -> tuple[list[Action], list[dict]]:
+        """Read calls whose outputs hold the record ids the write names (the agent cannot know them):
+        a breadth-first search from the customer's id through one-parameter read tools, keeping the
+        calls that reveal a wanted id or an id a wanted record names (a card's account).
+        """
         view, mech = self.an.view, self.an.mech
+        where = {rid: t for t, rs in rows.items() for rid in rs}
+        targets = {
+            p: c
+            for p, c in cands.items()
+            if c.source == "db" and c.value != cid and c.where.get("column") == view.id_column.get(c.where.get("table"))
+        }
+        if not targets:
+            return [], []
+        wanted = {str(c.value) for c in targets.values()}
+        parents = {
+            v
+            for c in targets.values()
+            for v in rows[c.where["table"]][c.value].values()
+            if isinstance(v, str) and v in where and v != cid and v not in wanted
+        }
+        outs0, _ = self.an.run(rows, opening)
+        src = next((i for i, (o, _) in enumerate(outs0) if cid in o), None)
+        known: dict[str, tuple[str, dict]] = {
+            cid: (
+                view.customer_key,
+                {"kind": "output", "action": src} if src is not None else {"kind": "fact", "key": "id"},
+            )
+        }
+        reads = [
+            (name, next(iter(params_of(t))))
+            for name, t in mech.tools.items()
+            if t.side == "agent" and mech.is_read(name) and len(params_of(t)) == 1
+            and name not in mech.mechanic_names() and name != (self.an.finder or ("",))[0]
+        ]  # fmt: skip
         acts: list[Action] = []
         ders: list[dict] = []
-        known = {cid: view.customer_key}
-        for p, c in cands.items():
-            if c.source != "db" or c.value == cid or c.where.get("column") != view.id_column.get(c.where.get("table")):
-                continue
-            target_table = c.where["table"]
-            for name, t in mech.tools.items():
-                tps = params_of(t)
-                if t.side != "agent" or not mech.is_read(name) or name in mech.mechanic_names() or len(tps) != 1:
-                    continue
-                (q,) = tps
-                fill = next((v for v, col in known.items() if q == col or (words(q) - {"id"}) <= words(col)), None)
-                if fill is None or name == (self.an.finder or ("",))[0]:
-                    continue
-                if self.an.lookups.get(target_table, (name,))[0] != name:
-                    continue
-                old = self.tool
-                self.tool = name
-                la, _ = self._reach({q: fill}, {})
-                self.tool = old
-                outs, _ = self.an.run(rows, opening + acts + la)
-                if not outs[-1][1] and str(c.value) in outs[-1][0]:
-                    self.an.lookups.setdefault(target_table, (name, q))
-                    src = next(i for i, a in enumerate(opening) if fill in json.dumps(a.arguments)) if opening else None
-                    inner = {q: {"kind": "output", "action": src} if src is not None else {"kind": "fact", "key": q}}
-                    base = len(opening) + len(acts)
+        found: dict[str, int] = {}
+        for _ in range(3):
+            progress = False
+            for name, q in reads:
+                for v, (col, der) in list(known.items()):
+                    if not (q == col or (words(q) - {"id"} and (words(q) - {"id"}) <= words(col))):
+                        continue
+                    old, self.tool = self.tool, name
+                    la, _ = self._reach({q: v}, {})
+                    self.tool = old
+                    if la[-1] in acts:
+                        continue
+                    outs, _ = self.an.run(rows, opening + acts + la)
+                    text = outs[-1][0]
+                    if outs[-1][1]:
+                        continue
+                    hits = {x for x in wanted if x in text and x not in found}
+                    more = {x for x in parents if x in text and x not in known}
+                    if not (hits or more):
+                        continue
                     for a in la:
-                        acts.append(a)
                         d = {}
-                        for k, v in a.arguments.items():
-                            d[k] = (
-                                inner[q]
-                                if v == fill
-                                else _json_derivation(inner)
-                                if v == json.dumps({q: fill})
-                                else {"kind": "literal", "why": f"read tool {name} of the domain"}
-                            )
+                        for k, val in a.arguments.items():
+                            if val == v:
+                                d[k] = der
+                            elif val == json.dumps({q: v}):
+                                d[k] = _json_derivation({q: der})
+                            else:
+                                d[k] = {"kind": "literal", "why": f"read tool {name} of the domain"}
+                        acts.append(a)
                         ders.append(d)
-                    known[str(c.value)] = c.where["column"]
-                    cands[p] = Cand(c.value, "output", {"action": base + len(la) - 1})
+                    at = len(opening) + len(acts) - 1
+                    for x in hits | more:
+                        found.setdefault(x, at)
+                        known[x] = (view.id_column.get(where[x]) or "id", {"kind": "output", "action": at})
+                    progress = True
+                if wanted <= set(found) or len(acts) >= 8:
                     break
+            if not progress or wanted <= set(found) or len(acts) >= 8:
+                break
+        for p, c in targets.items():
+            if str(c.value) in found:
+                cands[p] = Cand(c.value, "output", {"action": found[str(c.value)]})
         return acts, ders
 
     # --- instantiate -----------------------------------------------------------------------------------
@@ -565,12 +616,16 @@ class GenericTemplate(BaseTemplate):
         rng = random.Random(int(short_hash(plan.id, plan.seed, self.tool, n=12), 16))
         tag = ctx.ids.token(plan.id) if isinstance(ctx.ids, IdAllocator) else plan.id
         need = self._anchor_tables()
-        owners = [d for d in view.customers() if not need or any(view.owned_rows(d).get(t) for t in need)]
-        owners.sort(key=lambda d: not need or not view.owned_rows(d).get(need[0]))
+
+        def covered(d: str) -> int:
+            return sum(1 for t in need if view.owned_rows(d).get(t))
+
+        owners = [d for d in view.customers() if not need or covered(d)]
+        owners.sort(key=lambda d: -covered(d))
         donors = self._good_donors + [d for d in owners if d not in self._good_donors]
         head, rest = donors[: len(self._good_donors)], donors[len(self._good_donors) :]
         rng.shuffle(head)
-        first = [d for d in rest if not need or view.owned_rows(d).get(need[0])]
+        first = [d for d in rest if covered(d) == len(need)]
         rest = [d for d in rest if d not in first]
         rng.shuffle(first)
         rng.shuffle(rest)
@@ -590,7 +645,7 @@ class GenericTemplate(BaseTemplate):
         raise ValueError(f"{self.tool}: no trial replayed without an error for plan {plan.id}.")
 
     def _draft(self, plan, rows, cid, crow, opening, oders, facts, cands, ident) -> Draft:
-        look, lders = self._lookups(rows, cid, opening, None, cands)
+        look, lders = self._lookups(rows, cid, opening, cands)
         prefix = opening + look
         inner: dict[str, Any] = {}
         say: dict[str, Any] = {}

@@ -19,6 +19,8 @@ from .generic_db import DBView, identity_kind, words
 
 #: First words of tools that only read.
 READ_VERBS = frozenset({"get", "list", "find", "search", "view", "show", "lookup", "check", "calculate", "read", "kb"})
+#: First words of descriptions of tools that only read.
+_READ_DESC = frozenset({"retrieve", "look", "fetch", "return", "returns", "view", "show", "display", "query"})
 #: Sequential or repeated PINs that tools commonly refuse.
 _BAD_PINS = {"0123", "1234", "2345", "3456", "4567", "5678", "6789", "9876", "8765", "7654", "6543", "5432", "4321"}
 
@@ -87,7 +89,11 @@ class Mechanics:
 
     def is_read(self, name: str) -> bool:
         t = self.tools[name]
-        return t.kind != "write" or first_word(name) in READ_VERBS
+        if t.kind != "write":
+            return True
+        # a write-flagged tool named like a read is a read when its description reads too
+        # ("Get all accounts ..."), not when it does something ("Generate a referral link ...")
+        return first_word(name) in READ_VERBS and first_word(t.description or "get") in READ_VERBS | _READ_DESC
 
     def write_tools(self, allowed: set[str] | None = None) -> list[str]:
         """Tools a template can make a task of: writes that are no mechanics, hand-off or placeholder."""
@@ -245,6 +251,8 @@ def column_matches(param: str, row: dict[str, Any], spec: dict[str, Any] | None 
         if kind:
             if kind == ckind:
                 scored.append((5.0, col))
+            continue
+        if ckind and not (words(param) & {"last4", "last"}):  # card_name is no person's name
             continue
         cw = {w.rstrip("s") for w in words(col)}
         ov = len(pw & cw - {"id"})
