@@ -203,6 +203,36 @@ class SynthContext:
             self.missing.setdefault(cid, "no entity graph")
         return Const(cid, fallback, doc, found=False)
 
+    def find(self, doc: str, value: Any, *, section: str | None = None, words: str = "") -> Const:
+        """The constant of ``doc`` (in ``section`` when given) whose value is ``value``.
+
+        Ids follow the entity graph's wording of each line, which a template cannot know; the value
+        a document states (and its section) is what the template's author read, so it finds the
+        constant whatever its id. Among several, the one whose id holds the most of ``words``, then
+        the first. Not found (or no graph): the value with a ``found=False`` id, recorded in
+        :attr:`missing`, which rule derivations and decisive lists then leave out.
+        """
+        sec = slug(section) if section else ""
+        cid = f"{doc}/{sec}/{slug(words) or slug(str(value))}"
+        g = self.entity_graph
+        if g is None:
+            self.missing.setdefault(cid, "no entity graph")
+            return Const(cid, value, doc, found=False)
+        want = slug(str(value))
+        hits = []
+        for c in getattr(g, "constants", ()):
+            if c.doc != doc or (sec and c.id.split("/")[1] != sec):
+                continue
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if (c.value == value) if numeric else slug(str(c.value)) == want:
+                hits.append(c)
+        if not hits:
+            self.missing[cid] = f"no constant of {doc!r} (section {section!r}) has the value {value!r}"
+            return Const(cid, value, doc, found=False)
+        ws = [w for w in slug(words).split("_") if w]
+        best = max(hits, key=lambda c: (sum(w in c.id for w in ws), "~" not in c.id))
+        return Const(best.id, best.value, doc)
+
     def outputs(self, initial_state: dict[str, list[dict[str, Any]]], actions: list[Action]) -> list[str]:
         """Replay ``actions`` on s0 and return their outputs (raises ValueError on a tool error)."""
         task = Task(
