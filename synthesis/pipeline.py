@@ -430,7 +430,9 @@ def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, 
         if len(singles) < 2:
             raise SynthesisError(f"{run.path}: {len(singles)} accepted single-request tasks; compose needs at least 2.")
         kept = _tasks(run, "composite.jsonl")
-        seen = {chain_signature(t) for t in kept}
+        # a join whose later requests add nothing (e.g. a refusal after the same identity check) would
+        # repeat a single's chain: duplicates of singles count too
+        seen = {chain_signature(t) for t in [*singles, *kept]}
         tried, rounds, problems = 0, 0, Counter()
         started = time.perf_counter()
         while len(kept) < n and rounds < 10:
@@ -484,7 +486,14 @@ def _loader(run: Any) -> dict[str, Any]:
 
 
 def run_sft(
-    run_dir: str | Path, *, agent: Any, user: Any = None, trials: int = 1, tasks: str = "tasks.jsonl"
+    run_dir: str | Path,
+    *,
+    agent: Any,
+    user: Any = None,
+    trials: int = 1,
+    tasks: str = "tasks.jsonl",
+    workers: int = 32,
+    quiet: bool = True,
 ) -> dict[str, Any]:
     """Teacher rollouts on the accepted singles; successful episodes without loops become ``sft/sft.jsonl``."""
     from tau_env.synthesis.datasets import build_sft
@@ -501,6 +510,8 @@ def run_sft(
                 user=user,
                 trials=trials,
                 loader=_loader(run),
+                concurrency=workers,
+                progress=not quiet,
             )
         )
         run.record_stage("sft", stats)
@@ -515,6 +526,8 @@ def run_rl(
     rollouts: int = 8,
     band: Sequence[float] = (0.1, 0.9),
     tasks: str = "composite.jsonl",
+    workers: int = 32,
+    quiet: bool = True,
 ) -> dict[str, Any]:
     """``rollouts`` episodes of ``policy`` per composite task; those whose pass rate lies in ``band`` go to ``rl/``."""
     from tau_env.synthesis.datasets import build_rl
@@ -535,6 +548,8 @@ def run_rl(
                 rollouts=rollouts,
                 band=(lo, hi),
                 loader=_loader(run),
+                concurrency=workers,
+                progress=not quiet,
             )
         )
         run.record_stage("rl", stats)
