@@ -200,8 +200,7 @@ class GenericTemplate(BaseTemplate):
             if tables[0] == view.customer_table or p == view.customer_key:
                 return [Cand(cid, "db", {"table": view.customer_table, "rid": cid, "column": view.customer_key})]
             extra = (words(p) | words(desc)) - {"id"} - {w for t in tables[:1] for w in words(t)}
-            top = table_score(view, p, tables[0], ctxw)
-            for t in [t for t in tables[:2] if table_score(view, p, t, ctxw) >= top - 0.5]:
+            for t in tables[:3]:
                 idc = view.id_column[t]
                 ranked = []
                 for rid, row in rows.get(t, {}).items():
@@ -468,7 +467,12 @@ class GenericTemplate(BaseTemplate):
                         cands[p][idx[p] + 1 : idx[p] + 1] = add
                 blamed = [p for p in blamed if idx[p] + 1 < len(cands[p])]
                 if blamed:
-                    idx[blamed[0]] += 1
+                    p = blamed[0]
+                    idx[p] += 1
+                    table = cands[p][idx[p] - 1].where.get("table")
+                    if "not found" in low and table:  # the record is not where we looked: another table
+                        while idx[p] + 1 < len(cands[p]) and cands[p][idx[p]].where.get("table") == table:
+                            idx[p] += 1
                     continue
                 movable = [p for p in active if idx[p] + 1 < len(cands[p])]
                 if not movable:
@@ -505,14 +509,19 @@ class GenericTemplate(BaseTemplate):
             by_value = isinstance(v, str) and len(v) >= 3 and re.search(rf"\b{re.escape(v.lower())}\b", low)
             if not (col in err or (words(col) and words(col) <= errw) or by_value or said):
                 continue
+            if by_value and re.fullmatch(r"-?\d+(\.\d+)?", str(v)):  # an amount the error wants another of
+                dec = len(str(v).split(".")[1]) if "." in str(v) else 0
+                nums = [float(x) for x in re.findall(r"(?<![\w.])\$?(\d+(?:\.\d+)?)", err)]
+                said = [f"{x:.{dec}f}" if isinstance(v, str) else type(v)(x) for x in nums]
+                said = [x for x in said if x != v]
             named = literals(err) + literals(self.desc)
             lower = {x.lower(): x for x in seen}
             opts = said + [lower[x.lower()] for x in named if x.lower() in lower]
             opts += [x for x in named if x.lower() not in lower and _TOKEN.match(x) and x not in view.tables] + seen
-            tried = mutated.setdefault((t, rid, col), {v})
+            tried = mutated.setdefault((t, rid, col), set())
             pool = mutated.setdefault((t, rid, col, "pool"), [])  # values named by earlier errors too
             pool[:] = list(dict.fromkeys(opts + pool))
-            nxt = next((x for x in pool if x not in tried), None)
+            nxt = next((x for x in pool if x not in tried and x != v), None)
             if nxt is None and not view.benchmark_layout and isinstance(v, str) and PROBE not in tried:
                 nxt = PROBE  # a value the schema refuses: its CHECK constraint lists the legal ones
             if nxt is not None:
