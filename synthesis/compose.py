@@ -70,6 +70,7 @@ class _Single:
     ends: bool
     docs: frozenset[str]
     template: str = ""
+    on_customer: frozenset[str] = frozenset()
     uses: int = 0
 
 
@@ -94,6 +95,10 @@ def _pattern(mapping: dict[str, str]) -> re.Pattern[str] | None:
         return None
     alts = "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True))
     return re.compile(rf"(?<![A-Za-z0-9])(?:{alts})(?![A-Za-z0-9])")
+
+
+def _texts_of(args: dict[str, Any]) -> set[str]:
+    return {str(v) for v in args.values() if isinstance(v, str | int) and not isinstance(v, bool)}
 
 
 def _digits(s: str) -> str:
@@ -198,20 +203,25 @@ class _Info:
     def single(self, task: Task, profile_key: str | Sequence[str]) -> _Single:
         prov = _provenance(task)
         cid, row = self.customer_of(task)
+        writes = self.writes_of(task, prov)
         return _Single(
             task=task,
             prov=prov,
             profile=(_profile(prov, profile_key), task.clock),
-            writes=self.writes_of(task, prov),
+            writes=writes,
             customer=cid,
             customer_row=row,
             ends=any(a.name in self.ends for a in task.actions),
             docs=frozenset(task.required_documents),
             template=str(prov.plan.get("template") or task.id),
+            on_customer=frozenset(a.name for a in task.actions if a.name in writes and cid in _texts_of(a.arguments)),
         )
 
     def conflict(self, a: _Single, b: _Single) -> bool:
-        return any(self.graph.conflict(x, y) for x in a.writes for y in b.writes)
+        """Conflict edges between their writes, or one write tool both call on their customer's own row
+        (one row once they share the customer: e.g. two contact-details updates).
+        """
+        return bool(a.on_customer & b.on_customer) or any(self.graph.conflict(x, y) for x in a.writes for y in b.writes)
 
     def linked(self, a: _Single, b: _Single) -> int:
         """How strongly ``b`` follows ``a`` along the tool graph: dependency edges, then shared documents."""
@@ -403,6 +413,7 @@ def _build(p: _Parts, wording: dict[str, Any], backend: str, seed: int) -> Task:
         "persona": dict(plans[0].get("persona") or {}),
         "rule_keys": list(dict.fromkeys(x for pl in plans for x in (pl.get("rule_keys") or []))),
         "seed": seed,
+        "intent_queries": [pr.intent_query for pr in p.provs],  # one search per component (the verifier's)
     }
     prov = Provenance(
         plan=plan,
