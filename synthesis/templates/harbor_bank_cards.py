@@ -216,15 +216,35 @@ def limit_min(ctx: SynthContext, procedure: bool = False) -> Const:
                 lambda c: c.unit == "cents" and "minimum" in c.attributes.get("label", "").lower())  # fmt: skip
 
 
-def dispute_window(ctx: SynthContext) -> Const:
+def dispute_windows(ctx: SynthContext, rng: random.Random | None = None) -> list[Const]:
+    """The dispute window as ``procedure_card_disputes`` states it: posted "within the last N days", or
+    "on or after the date N days before today" (one rule stated twice; ``rng`` picks the statement a task
+    goes by, so each decides some tasks).
+    """
     doc = "procedure_card_disputes"
-    return find(
-        ctx,
-        doc,
-        f"{doc}/what_can_be_disputed/within_the_last_days",
-        WINDOW,
-        lambda c: c.unit == "days" and c.attributes.get("section", "").lower() == "what can be disputed",
-    )
+    g = ctx.entity_graph
+    fid = f"{doc}/what_can_be_disputed/within_the_last_days"
+    if g is not None:
+        cs = [
+            Const(c.id, c.value, c.doc)
+            for c in g.constants
+            if c.doc == doc and c.unit == "days" and c.attributes.get("section", "").lower() == "what can be disputed"
+        ]
+        if cs:
+            return [rng.choice(cs)] if rng is not None else cs
+        ctx.missing[fid] = f"no constant of {doc!r} matches"
+    else:
+        ctx.missing.setdefault(fid, "no entity graph")
+    return [Const(fid, WINDOW, doc, found=False)]
+
+
+def within(window: list[Const], days: int) -> bool:
+    """Whether a purchase posted ``days`` ago may be disputed."""
+    return all(days <= w.value for w in window)
+
+
+def age(cust: Customer, txn: dict[str, Any]) -> int:
+    return (cust.today - date.fromisoformat(txn["posted_on"])).days
 
 
 def travel_max(ctx: SynthContext) -> Const:
@@ -236,6 +256,23 @@ def travel_max(ctx: SynthContext) -> Const:
         TRAVEL_MAX,
         lambda c: c.unit == "days" and "maximum" in c.attributes.get("label", "").lower(),
     )
+
+
+def travel_rules(ctx: SynthContext) -> tuple[Const, Const | None, Const | None]:
+    """The travel-notice rules: the maximum length, the end offset of a clamped notice ("end_date =
+    start_date + N days", stated on the same line) and the maximum counted from today when the customer
+    is already abroad (None where the graph has no such constant).
+    """
+    mx = travel_max(ctx)
+    g, doc = ctx.entity_graph, "procedure_travel_notices"
+    if g is None or not mx.found:
+        return mx, None, None
+    line = g.by_id(mx.id).line
+    days = [c for c in g.constants if c.doc == doc and c.unit == "days"]
+    same = [c for c in days if c.line == line]
+    offset = Const(same[-1].id, same[-1].value, doc) if len(same) >= 3 else None
+    abroad = next((Const(c.id, c.value, doc) for c in days if c.line != line and "abroad" in c.text.lower()), None)
+    return mx, offset, abroad
 
 
 def credit_rule(ctx: SynthContext, tier: str) -> list[Const]:
@@ -908,7 +945,7 @@ def _dispute(plan, ctx, rng) -> Built:
     tier = "standard" if fm in ("multi_doc", "contradicting_claim") else pick_tier(plan, rng)
     if key_tier(plan) and fm != "contradicting_claim":
         tier = key_tier(plan)
-    window = dispute_window(ctx)
+    window = dispute_windows(ctx, rng)
     cs = credit_rule(ctx, tier)
     threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, accts = dispute_customer(plan, ctx, rng, tier, two_accounts=fm == "underspecified")
@@ -955,7 +992,7 @@ def _dispute(plan, ctx, rng) -> Built:
     if acct is not accts[0]:
         src = list_txns(chain, acct, la)
     credit, used = credit_for(cs, amount)
-    if target["posted_on"] >= cust.day(window.value):  # always, unless a constant changed
+    if within(window, age(cust, target)):  # always, unless a constant changed
         unlock(chain, DISPUTE, "procedure_card_disputes")
         used = [*used, dispute_step(ctx, chain, target, reason, credit, used, src)]
     say = {"merchant": merchant, "amount": money(amount), "reason": reason}
@@ -984,7 +1021,7 @@ def _dispute(plan, ctx, rng) -> Built:
 )
 def _dispute_multi(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
-    window = dispute_window(ctx)
+    window = dispute_windows(ctx, rng)
     cs = credit_rule(ctx, tier)
     threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
@@ -1006,9 +1043,9 @@ def _dispute_multi(plan, ctx, rng) -> Built:
     la = list_accounts(chain, cust)
     src = list_txns(chain, acct, la)
     unlock(chain, DISPUTE, "procedure_card_disputes")
-    decisive: list[Const] = [window] if too_old else []
+    decisive: list[Const] = [*window] if too_old else []
     for txn, _, amount, days in items:
-        if days > window.value:
+        if not within(window, days):
             continue
         credit, used = credit_for(cs, amount)
         decisive += used
@@ -1037,7 +1074,7 @@ def _dispute_multi(plan, ctx, rng) -> Built:
 )
 def _dispute_refused(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
-    window = dispute_window(ctx)
+    window = dispute_windows(ctx, rng)
     cs = credit_rule(ctx, tier)
     cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
     kind = rng.choice(("disputed", "not_purchase", "pending", "too_old"))
@@ -1048,7 +1085,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
     what = f"the {money(amount)} charge from {merchant}"
     if kind == "too_old":
         days = WINDOW + rng.randint(1, 60)
-        decisive = [window]
+        decisive = [*window]
         if plan.failure_mode == "contradicting_claim":
             claims["date"] = "I only bought it last week."
     if kind == "not_purchase":
@@ -1089,7 +1126,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
     identity_prefix(chain, cust, get_customer=kind == "too_old")
     la = list_accounts(chain, cust)
     src = list_txns(chain, acct, la)
-    eligible = txn["category"] == "purchase" and txn["status"] == "posted" and days <= window.value
+    eligible = txn["category"] == "purchase" and txn["status"] == "posted" and within(window, days)
     if eligible:  # only when a constant changed: the rule then allows it
         credit, used = credit_for(cs, amount)
         unlock(chain, DISPUTE, "procedure_card_disputes")
@@ -1119,7 +1156,7 @@ def _dispute_refused(plan, ctx, rng) -> Built:
 def _stolen(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
     shipping = card_choice(plan, rng)[1] or rng.choice(("standard", "expedited"))
-    window = dispute_window(ctx)
+    window = dispute_windows(ctx, rng)
     cs = credit_rule(ctx, tier)
     threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, card, accts = customer_with_cards(plan, ctx, rng, tier, 1)
@@ -1151,7 +1188,7 @@ def _stolen(plan, ctx, rng) -> Built:
     src = list_txns(chain, acct, lc)
     unlock(chain, DISPUTE, "procedure_card_disputes")
     for txn, (_, amount, _) in zip(bad, theirs, strict=True):
-        if txn["posted_on"] < cust.day(window.value):  # only when a constant changed
+        if not within(window, age(cust, txn)):  # only when a constant changed
             continue
         credit, used = credit_for(cs, amount)
         decisive += used
@@ -1368,7 +1405,7 @@ def nice(d: date) -> str:
 )
 def _travel(plan, ctx, rng) -> Built:
     fm = plan.failure_mode
-    mx = travel_max(ctx)
+    mx, offset, abroad = travel_rules(ctx)
     cust = new_customer(plan, ctx, rng, tier=pick_tier(plan, rng))
     new_card(cust, checking(cust, rng), rng)
     today = ctx.today
@@ -1383,17 +1420,23 @@ def _travel(plan, ctx, rng) -> Built:
             end = start + timedelta(days=TRAVEL_MAX + rng.randint(0, 120))
         else:
             start = today - timedelta(days=rng.randint(1, 14))
-            end = today + timedelta(days=rng.randint(2, 45))
+            end = today + timedelta(days=rng.randint(95, 150) if rng.random() < 0.4 else rng.randint(2, 45))
     chain, decisive, claims = Chain(), [], {}
     identity_prefix(chain, cust, get_customer=False)
     s_from, e_from, s_set, e_set = fact("start date"), fact("end date"), start, end
     if start < today:
         t = chain.add("get_current_time", {})
         s_set, s_from = today, out(t)
-    if (e_set - s_set).days + 1 > mx.value:
-        e_set = s_set + timedelta(days=mx.value - 1)
-        e_from = rule([mx], lit(f"start date + {mx.value - 1} days"))
-        decisive.append(mx)
+    if start < today and abroad is not None:  # the maximum counted from today
+        if (e_set - today).days + 1 > abroad.value:
+            e_set = today + timedelta(days=abroad.value - 1)
+            e_from = rule([abroad], lit(f"today + {abroad.value - 1} days"))
+            decisive.append(abroad)
+    elif (e_set - s_set).days + 1 > mx.value:
+        n = offset.value if offset is not None else mx.value - 1
+        e_set = s_set + timedelta(days=n)
+        e_from = rule([mx, *([offset] if offset else [])], lit(f"start date + {n} days"))
+        decisive += [mx, *([offset] if offset else [])]
     unlock(chain, TRAVEL, "procedure_travel_notices")
     chain.add(
         TRAVEL,
@@ -1658,7 +1701,7 @@ def _insist(plan, ctx, rng) -> Built:
         decisive, docs, what = [mx], [*LIMIT_DOCS], f"a {money(req)} limit above the tier maximum"
         facts = {"card last 4 digits": card["last4"], "requested limit": money(req)}
     else:
-        window = dispute_window(ctx)
+        window = dispute_windows(ctx, rng)
         cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
         m, amount = rng.choice(MERCHANTS), rng.randint(2000, 50000)
         days = WINDOW + rng.randint(1, 50)
@@ -1667,12 +1710,12 @@ def _insist(plan, ctx, rng) -> Built:
         identity_prefix(chain, cust)
         la = list_accounts(chain, cust)
         src = list_txns(chain, acct, la)
-        if days <= window.value:  # only when a constant changed: the dispute is then allowed
+        if within(window, days):  # only when a constant changed: the dispute is then allowed
             credit, used = credit_for(credit_rule(ctx, tier), amount)
             unlock(chain, DISPUTE, "procedure_card_disputes")
             dispute_step(ctx, chain, txn, "not_received", credit, used, src)
         first = f"I want to dispute the {money(amount)} charge from {m}, it never arrived."
-        decisive, docs, what = [window], ["procedure_card_disputes"], "a dispute outside the 60-day window"
+        decisive, docs, what = [*window], ["procedure_card_disputes"], "a dispute outside the 60-day window"
         facts = {"dispute reason": "not_received"}
     if claim:
         promise = {"promise": "Your colleague promised me this would be done."}

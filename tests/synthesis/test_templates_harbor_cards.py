@@ -138,7 +138,7 @@ def test_the_fee_and_the_credit_follow_the_documents(domain, graph):
     assert cards.credit_for(standard, 10_001)[0] == 0
     assert cards.credit_for(cards.credit_rule(ctx, "preferred"), 73_000)[0] == 73_000
     assert cards.limit_max(ctx, "preferred").value == 500_000
-    assert cards.dispute_window(ctx).value == 60 and cards.travel_max(ctx).value == 90
+    assert [w.value for w in cards.dispute_windows(ctx)] == [60, 60] and cards.travel_max(ctx).value == 90
     assert cards.handoff_reason(ctx, "legal_or_estate")[0] == "legal_or_estate"
 
 
@@ -152,7 +152,7 @@ def _changed(graph: EntityGraph, cid: str, value) -> EntityGraph:
 def _alternatives(value):
     if isinstance(value, str):
         return ["nothing: no provisional credit", "other", "customer_requests_human", "fraud_or_security"]
-    return [value + 1234, max(1, value // 3), value * 3 + 7, value * 100 + 1, 20, 200]
+    return [value + 1234, max(1, value // 3), value * 3 + 7, value * 100 + 1, 20, 200, 0]
 
 
 DECISIVE_CASES = [
@@ -167,6 +167,7 @@ DECISIVE_CASES = [
     ("change_daily_limit_refusal", "refusal", None),
     ("unlock_and_raise_limit", "success", "implicit_order"),
     ("set_travel_notice", "success", "contradicting_claim"),
+    ("set_travel_notice", "success", "multi_doc"),
     ("estate_transfer", "transfer", None),
     ("estate_transfer", "transfer", "multi_doc"),
     ("takeover_unverified", "transfer", "contradicting_claim"),
