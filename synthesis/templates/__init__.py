@@ -161,6 +161,15 @@ class SynthContext:
     missing: dict[str, str] = field(default_factory=dict)
 
     @property
+    def graph(self) -> Any:
+        """The entity graph: the one given, else the domain's, built (rule-based, no model) on first use."""
+        if self.entity_graph is None and self.domain is not None:
+            from ..entity_graph import build_entity_graph
+
+            self.entity_graph = build_entity_graph(self.domain)
+        return self.entity_graph
+
+    @property
     def today(self) -> date:
         return self.domain.clock.date()
 
@@ -191,7 +200,7 @@ class SynthContext:
             cid = f"{doc}/{slug(sec)}/{slug(label)}"
         else:
             cid = f"{doc}/{slug(sec)}/{slug(row or '')}/{slug(column or '')}"
-        g = self.entity_graph
+        g = self.graph
         if g is not None:
             kwargs = {k: v for k, v in (("section", section), ("row", row), ("column", column), ("label", label)) if v}
             try:
@@ -214,7 +223,7 @@ class SynthContext:
         """
         sec = slug(section) if section else ""
         cid = f"{doc}/{sec}/{slug(words) or slug(str(value))}"
-        g = self.entity_graph
+        g = self.graph
         if g is None:
             self.missing.setdefault(cid, "no entity graph")
             return Const(cid, value, doc, found=False)

@@ -18,17 +18,22 @@ from .harbor_bank_base import (
     MIN_DEPOSIT,
     PRODUCT_NAMES,
     TIER_DOC,
+    cd_term,
+    cval,
     db,
     fact,
     finish,
-    lit,
     min_deposit,
     money,
     out,
+    premier_tiers,
+    product_code,
     rng_of,
     round_amount,
     rule,
+    student_ages,
     tier_of,
+    wanted_product,
 )
 
 
@@ -79,14 +84,18 @@ class OpenAccount(BaseTemplate):
                     },
                     {
                         "customer_id": out(0),
-                        "product": lit(f"product code of {PRODUCT_NAMES[prod]} in procedure_opening_accounts"),
-                        "initial_deposit_cents": rule([c], fact("opening deposits")),
+                        "product": cval(product_code(ctx, prod)),
+                        "initial_deposit_cents": rule([c], fact(f"{PRODUCT_NAMES[prod]} opening deposit")),
                         "funding_account_id": out(la),
                     },
                 )
             docs += ["product_high_yield_savings", "product_everyday_checking"]
-            decisive += [m_chk, m_hys]
-            facts = {"savings account id": sav["account_id"], "opening deposits": f"{money(dep_hys)}"}
+            decisive += [m_chk, m_hys, product_code(ctx, "everyday_checking"), product_code(ctx, "high_yield_savings")]
+            facts = {
+                "savings account id": sav["account_id"],
+                "High-Yield Savings opening deposit": money(dep_hys),
+                "Everyday Checking opening deposit": money(dep_chk),
+            }
             hint = (
                 f"If the agent says you need a checking account first, ask for an Everyday Checking account "
                 f"funded with {money(dep_chk)} from your savings, then the High-Yield Savings."
@@ -122,47 +131,32 @@ class OpenAccount(BaseTemplate):
             if product == "premier_checking":
                 tier = rng.choice(("preferred", "private")) if ok else "standard"
                 docs += ["product_premier_checking", TIER_DOC[tier]]
-                decisive.append(
-                    ctx.const(
-                        "product_premier_checking", "preferred, private", section="Eligibility", label="Eligible tiers"
-                    )
-                )
+                decisive.append(premier_tiers(ctx))
                 refuse_why = "Premier Checking needs the Preferred or Private tier"
             else:
                 age = rng.randint(17, 24) if ok else rng.choice((25, 25, 26, 31))
                 docs += ["product_student_checking"]
-                decisive.append(
-                    ctx.const("product_student_checking", "17-24", section="Eligibility", label="Eligible ages")
-                )
+                decisive += student_ages(ctx)
                 refuse_why = "Student Checking is for customers aged 17 to 24"
         elif cell == ("refusal", None):
             product = "high_yield_savings"
             refuse_why = "at most 2 open High-Yield Savings accounts"
             docs.append("product_high_yield_savings")
-            decisive.append(
-                ctx.const(
-                    "product_high_yield_savings",
-                    2,
-                    section="Eligibility and limits",
-                    label="Maximum open High-Yield Savings accounts",
-                )
-            )
+            decisive.append(ctx.find("product_high_yield_savings", 2, section="Eligibility and limits"))
         elif cell in (("success", "contradicting_claim"), ("refusal", "contradicting_claim")):
             tier = "standard"
             product = "premier_checking"
             claims = {"tier": rng.choice(("Preferred", "Private"))}
             docs += ["product_premier_checking", "claims_promises_and_prior_approvals", "standard_banking_benefits"]
-            decisive.append(
-                ctx.const(
-                    "product_premier_checking", "preferred, private", section="Eligibility", label="Eligible tiers"
-                )
-            )
+            decisive.append(premier_tiers(ctx))
             refuse_why = "the profile says Standard"
         elif cell == ("success", "underspecified"):
-            product = rng.choice(("high_yield_savings", "cd_12_month"))
+            product = wanted_product(plan, ("high_yield_savings", "cd_12_month")) or rng.choice(
+                ("high_yield_savings", "cd_12_month")
+            )
             docs.append(f"product_{product}")
         else:  # success/None, clarification/None
-            product = rng.choice(tuple(p for p in MIN_DEPOSIT if p != "premier_checking") + ("premier_checking",))
+            product = wanted_product(plan, tuple(MIN_DEPOSIT)) or rng.choice(tuple(MIN_DEPOSIT))
             if product == "premier_checking":
                 tier = rng.choice(("preferred", "private"))
                 docs += ["product_premier_checking"]
@@ -196,8 +190,9 @@ class OpenAccount(BaseTemplate):
             deposit = max(deposit, m2.value)
             hint = "When the agent says Premier Checking is not available to you, open Everyday Checking instead."
         if not refused:
+            decisive.append(product_code(ctx, opened))
             unlock(chain, "open_account_2291", "procedure_opening_accounts")
-            dep_from = fact("opening deposit") if offered is None else rule([m], lit("the minimum opening deposit"))
+            dep_from = fact("opening deposit") if offered is None else rule([m], cval(m))
             chain.add(
                 "open_account_2291",
                 {
@@ -208,7 +203,7 @@ class OpenAccount(BaseTemplate):
                 },
                 {
                     "customer_id": out(0),
-                    "product": lit(f"product code of {PRODUCT_NAMES[opened]} in procedure_opening_accounts"),
+                    "product": cval(product_code(ctx, opened)),
                     "initial_deposit_cents": dep_from,
                     "funding_account_id": out(la),
                 },
@@ -300,9 +295,7 @@ class CloseAccount(BaseTemplate):
                 opened_days_ago=rng.randint(380, 900) if kind == "cd_matured" else rng.randint(30, 350),
             )
             docs.append("product_cd_12_month")
-            decisive.append(
-                ctx.const("product_cd_12_month", "12 months", section="At a glance", label="Term and maturity")
-            )
+            decisive += [cd_term(ctx), ctx.find("procedure_closing_accounts", 12, words="cd before maturity")]
         else:
             prod = rng.choice(("basic_savings", "high_yield_savings", "everyday_checking"))
             bal = (
@@ -431,14 +424,7 @@ class TransferFunds(BaseTemplate):
                 opened_days_ago=rng.randint(370, 800) if matured else rng.randint(20, 330),
             )
             docs = ["product_cd_12_month"]
-            decisive.append(
-                ctx.const(
-                    "product_cd_12_month",
-                    "no transfers out before maturity",
-                    section="Before maturity",
-                    label="Transfers out",
-                )
-            )
+            decisive.append(cd_term(ctx))
             if cell[1] == "contradicting_claim":
                 claims = {"text": "My CD has already matured, so the money is free to move."}
                 docs.append("claims_promises_and_prior_approvals")

@@ -7,6 +7,7 @@ entity graph's constants win wherever it has them (:meth:`SynthContext.const` / 
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from ..records import Plan
@@ -16,6 +17,7 @@ from . import (
     Customer,
     Draft,
     SynthContext,
+    slug,
 )
 
 TIERS = ("standard", "preferred", "private")
@@ -75,12 +77,17 @@ def out(i: int) -> dict[str, Any]:
     return {"kind": "output", "action": i}
 
 
-def cval(*cs: Const) -> dict[str, Any]:
-    return {"kind": "constant", "ids": [c.id for c in cs], "op": "value"}
+def cval(c: Const, otherwise: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The constant's value; ``otherwise`` (a literal by default) when the entity graph lacks it."""
+    if c.found:
+        return {"kind": "constant", "ids": [c.id], "op": "value"}
+    return otherwise or lit(f"the value {c.value!r} that {c.doc} states")
 
 
 def rule(cs: list[Const], value: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "rule", "ids": [c.id for c in cs], "value": value}
+    """``value`` decided by the constants ``cs`` (those the entity graph has; none: ``value`` itself)."""
+    ids = [c.id for c in cs if c.found]
+    return {"kind": "rule", "ids": ids, "value": value} if ids else value
 
 
 def db(table: str, key: dict[str, Any], column: str) -> dict[str, Any]:
@@ -122,6 +129,7 @@ def finish(
     """A draft from a built chain; ``expect_no_change`` holds exactly when nothing is written."""
     f = cust.facts()
     f.update(facts or {})
+    docs = list(dict.fromkeys(docs))
     return Draft(
         initial_state=cust.state(),
         actions=chain.actions,
@@ -130,9 +138,9 @@ def finish(
         asks=asks,
         persona=persona(plan, cust, rng),
         expect_no_change=not chain.writes(ctx.domain),
-        required_documents=list(dict.fromkeys(docs)),
-        intent_query=query,
-        decisive=list(dict.fromkeys(c.id for c in decisive)),
+        required_documents=docs,
+        intent_query=finding_query(ctx, query, docs),
+        decisive=list(dict.fromkeys(c.id for c in decisive if c.found)),
         unknown=unknown or [],
         instructions_hint=hint,
         lookups=[x for x in (lookups or []) if x],
@@ -141,8 +149,78 @@ def finish(
     )
 
 
+#: What a document is about, in a customer's or agent's search words (else its title is used).
+TOPICS = {
+    "claims_promises_and_prior_approvals": "customer claims a promise, an exception or an already approved request",
+    "standard_banking_benefits": "Standard tier banking benefits",
+    "preferred_banking_benefits": "Preferred tier banking benefits",
+    "private_client_benefits": "Private client tier benefits",
+}
+
+
+def finding_query(ctx: SynthContext, query: str, docs: list[str], depth: int = 10) -> str:
+    """``query``, with what each required document is about added until the domain's BM25 search
+    finds every one of ``docs`` in its top ``depth`` (the verifier's test), as far as words can.
+    """
+    kb = getattr(ctx.domain, "kb", None)
+    if kb is None or not docs:
+        return query
+    titles = {d.id: d.title for d in ctx.domain.documents}
+
+    def missing(q: str) -> list[str]:
+        hits = {h.doc_id for h in kb.search(q, k=depth, method="bm25")}
+        return [d for d in docs if d not in hits]
+
+    for _ in range(len(docs)):
+        gone = missing(query)
+        if not gone:
+            break
+        about = TOPICS.get(gone[0]) or re.sub(r"^Internal:\s*", "", titles.get(gone[0], gone[0].replace("_", " ")))
+        query = f"{query}; {re.sub(r'[^A-Za-z0-9 ,-]+', '', about).strip()}"
+    return query
+
+
 def min_deposit(ctx: SynthContext, product: str) -> Const:
     return ctx.const(f"product_{product}", MIN_DEPOSIT[product], section="At a glance", label="Minimum opening deposit")
+
+
+def product_code(ctx: SynthContext, product: str) -> Const:
+    """The product's code in the opening procedure's table (the ``product`` argument of open_account_2291)."""
+    return ctx.find("procedure_opening_accounts", product, section="Product codes")
+
+
+def premier_tiers(ctx: SynthContext) -> Const:
+    """Premier Checking's eligible tiers (a prose rule: the entity graph may lack it)."""
+    return ctx.find("product_premier_checking", "preferred, private", section="Eligibility")
+
+
+def student_ages(ctx: SynthContext) -> list[Const]:
+    """Student Checking's age bounds: 17 and 24 inclusive."""
+    return [ctx.find("product_student_checking", a, section="Eligibility", words="aged") for a in (17, 24)]
+
+
+def cd_term(ctx: SynthContext) -> Const:
+    """The 12-Month CD's term: it matures 12 months after opening (no transfers out or closing before)."""
+    return ctx.find("product_cd_12_month", 12, section="At a glance", words="term and maturity")
+
+
+def wanted_product(plan: Plan, allowed: tuple[str, ...]) -> str | None:
+    """The product a plan's rule keys name (its page's constant or its code), if one of ``allowed``."""
+    for key in plan.rule_keys:
+        for p in allowed:
+            if key.startswith(f"product_{p}/") or f"/{slug(PRODUCT_NAMES[p])}/" in key or f"/{p}/" in key:
+                return p
+    return None
+
+
+def wanted_tier(plan: Plan, allowed: tuple[str, ...] = TIERS) -> str | None:
+    """The tier a plan's rule keys name (a per-tier table cell or benefits page), if one of ``allowed``."""
+    for key in plan.rule_keys:
+        parts = key.split("/")
+        for t in allowed:
+            if t in parts or parts[0] == TIER_DOC[t]:
+                return t
+    return None
 
 
 def wire_fee(ctx: SynthContext, tier: str) -> Const:

@@ -8,9 +8,8 @@ import re
 from typing import Any
 
 from ..records import Plan
-from . import BaseTemplate, Chain, Draft, SynthContext, hand_over, identity_prefix, new_customer, unlock
+from . import BaseTemplate, Chain, Draft, SynthContext, hand_over, identity_prefix, new_customer, slug, unlock
 from .harbor_bank_base import (
-    REFUNDS_PER_YEAR,
     TIER_DOC,
     TIERS,
     cval,
@@ -24,6 +23,7 @@ from .harbor_bank_base import (
     round_amount,
     rule,
     tier_of,
+    wanted_tier,
     wire_fee,
     wire_max,
 )
@@ -53,7 +53,9 @@ class Wire(BaseTemplate):
         ("refusal", "contradicting_claim"),
         ("clarification", None),
     )
-    rule_keys = tuple(f"fee_schedule_2025/wires/outgoing_domestic_wire/{t}" for t in TIERS)
+    rule_keys = tuple(f"fee_schedule_2025/wires/outgoing_domestic_wire/{t}" for t in TIERS) + tuple(
+        f"wire_transfer_limits/wire_transfer_limits/{t}/daily_maximum_for_domestic_wires" for t in TIERS
+    )
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
@@ -63,8 +65,7 @@ class Wire(BaseTemplate):
             tier = "standard"
             claims = {"tier": rng.choice(("Preferred", "Private"))}
         else:
-            wanted = [k.rsplit("/", 1)[-1] for k in plan.rule_keys if k.startswith("fee_schedule_2025/wires/")]
-            tier = wanted[0] if wanted and wanted[0] in TIERS else tier_of(plan, rng)
+            tier = wanted_tier(plan) or tier_of(plan, rng)
         cust = new_customer(plan, ctx, rng, tier=tier)
         fee, cap = wire_fee(ctx, tier), wire_max(ctx, tier)
         docs = ["procedure_domestic_wires", "fee_schedule_2025", "wire_transfer_limits", TIER_DOC[tier]]
@@ -213,7 +214,8 @@ class DepositCheck(BaseTemplate):
             tier = "standard"
             claims = {"tier": "Preferred"}
         else:
-            tier = tier_of(plan, rng, ("standard", "preferred") if cell[0] == "refusal" else TIERS)
+            allowed = ("standard", "preferred") if cell[0] == "refusal" else TIERS
+            tier = wanted_tier(plan, allowed) or tier_of(plan, rng, allowed)
         cust = new_customer(plan, ctx, rng, tier=tier)
         lim = deposit_limit(ctx, tier)
         decisive = [lim]
@@ -283,17 +285,22 @@ class DepositCheck(BaseTemplate):
 
 
 # --- refund_fee_4410 ----------------------------------------------------------------------------------------
+#: Fees as (transaction description, amount, spoken name, fee schedule section, words of its row).
 REFUNDABLE = (
-    ("Overdraft fee", 3_500, "overdraft fee"),
-    ("Returned item fee", 3_500, "returned item fee"),
-    ("Monthly maintenance fee", 800, "monthly maintenance fee"),
+    ("Overdraft fee", 3_500, "overdraft fee", "Account activity fees", "overdraft fee"),
+    ("Returned item fee", 3_500, "returned item fee", "Account activity fees", "returned item nsf"),
+    ("Monthly maintenance fee", 800, "monthly maintenance fee", "Monthly maintenance fees", "everyday checking"),
 )
 NOT_REFUNDABLE = (
-    ("Domestic wire fee", 3_000, "wire fee"),
-    ("Stop payment fee", 3_000, "stop payment fee"),
-    ("Card replacement fee (expedited)", 2_500, "card replacement fee"),
-    ("Paper statement fee", 200, "paper statement fee"),
+    ("Domestic wire fee", 3_000, "wire fee", "Wires", "outgoing domestic standard"),
+    ("Stop payment fee", 3_000, "stop payment fee", "Account activity fees", "stop payment"),
+    ("Card replacement fee (expedited)", 2_500, "card replacement fee", "Debit card replacement", "expedited"),
+    ("Paper statement fee", 200, "paper statement fee", "Account activity fees", "paper statement"),
 )
+#: Refundable fee types as the eligibility page lists them (transaction descriptions).
+REFUNDABLE_TYPES = ("Overdraft fee", "Returned item fee", "Monthly maintenance fee")
+#: Courtesy refunds per rolling 12 months as each tier's benefits page states it.
+PER_YEAR_TEXT = {"standard": 1, "preferred": 2, "private": "unlimited"}
 
 
 class RefundFee(BaseTemplate):
@@ -311,24 +318,23 @@ class RefundFee(BaseTemplate):
         ("transfer", None),
         ("clarification", None),
     )
-    rule_keys = tuple(f"{TIER_DOC[t]}/courtesy_fee_refunds/refunds_per_12_months" for t in TIERS) + (
-        "fee_refund_eligibility/2_refund_window/refund_window",
-        "fee_refund_eligibility/3_account_age_standard_tier_only/account_age",
+    rule_keys = (
+        "standard_banking_benefits/courtesy_fee_refunds/standard_customers_receive_one",
+        "preferred_banking_benefits/courtesy_fee_refunds/preferred_customers_receive_two",
+        "private_client_benefits/courtesy_fee_refunds/limit_number_courtesy",
+        "fee_refund_eligibility/2_refund_window/have_posted_within_last",
+        "fee_refund_eligibility/3_account_age_standard_tier_only/fee_charged_have_open",
+        "fee_schedule_2025/account_activity_fees/stop_payment_fee",
+        "fee_schedule_2025/account_activity_fees/paper_statement_fee",
     )
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
         cell = (plan.outcome, plan.failure_mode)
-        window = ctx.const("fee_refund_eligibility", 60, section="2. Refund window", label="Refund window")
-        age_min = ctx.const(
-            "fee_refund_eligibility", 90, section="3. Account age (Standard tier only)", label="Account age"
-        )
-        types = ctx.const(
-            "fee_refund_eligibility",
-            "overdraft, returned item, monthly maintenance",
-            section="1. Refundable fee types",
-            label="Refundable fee types",
-        )
+        window = ctx.find("fee_refund_eligibility", 60, section="2. Refund window")
+        age_min = ctx.find("fee_refund_eligibility", 90, section="3. Account age (Standard tier only)")
+        types = {d: ctx.find("fee_refund_eligibility", d, section="1. Refundable fee types") for d in REFUNDABLE_TYPES}
+        fee_key = next((k for k in plan.rule_keys if k.startswith("fee_schedule_2025/")), None)
         claims: dict[str, str] = {}
         why = ""
         if cell == ("success", "multi_doc"):
@@ -344,16 +350,16 @@ class RefundFee(BaseTemplate):
             )
         elif cell[0] in ("refusal", "transfer"):
             why = rng.choice(("too_old", "type", "allowance", "young")) if cell[1] is None else "allowance"
+            if fee_key and cell[1] is None and any(slug(f[4]) in fee_key for f in NOT_REFUNDABLE):
+                why = "type"
             tier = "standard" if why in ("allowance", "young") else tier_of(plan, rng)
             if cell[1] == "multi_doc":
                 tier = rng.choice(("standard", "preferred"))
         else:
-            tier = tier_of(plan, rng)
+            tier = wanted_tier(plan) or tier_of(plan, rng)
         cust = new_customer(plan, ctx, rng, tier=tier)
-        per_year = ctx.const(
-            TIER_DOC[tier], REFUNDS_PER_YEAR[tier], section="Courtesy fee refunds", label="Refunds per 12 months"
-        )
-        decisive = [types, window, per_year]
+        per_year = ctx.find(TIER_DOC[tier], PER_YEAR_TEXT[tier], section="Courtesy fee refunds")
+        decisive = [window, per_year]
         docs = ["procedure_courtesy_fee_refunds", "fee_refund_eligibility", TIER_DOC[tier]]
         young = why == "young"
         acct = cust.account(
@@ -405,9 +411,13 @@ class RefundFee(BaseTemplate):
             )
         n_fees = 2 if cell == ("success", "implicit_order") else 1
         if why == "type" or (cell[1] == "contradicting_claim" and "promise" in claims):
-            desc, amt, spoken = rng.choice(NOT_REFUNDABLE)
+            pool = [f for f in NOT_REFUNDABLE if fee_key and slug(f[4]) in fee_key] or NOT_REFUNDABLE
+            desc, amt, spoken, sec, words = rng.choice(pool)
+            decisive += list(types.values())  # the list of refundable types leaves this one out
         else:
-            desc, amt, spoken = rng.choice(REFUNDABLE)
+            desc, amt, spoken, sec, words = rng.choice(REFUNDABLE)
+            decisive.append(types[desc])
+        decisive.append(ctx.find("fee_schedule_2025", amt, section=sec, words=words))
         fees = []
         days = sorted(rng.sample(range(1, window.value - 1), n_fees))
         if why == "too_old":

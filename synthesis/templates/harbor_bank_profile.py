@@ -8,17 +8,21 @@ from typing import Any
 from ..records import Plan
 from . import BaseTemplate, Chain, Draft, SynthContext, identity_prefix, new_customer, unlock
 from .harbor_bank_base import (
+    cval,
     fact,
     finish,
-    lit,
     min_deposit,
     money,
     out,
+    product_code,
     rng_of,
     round_amount,
     rule,
     tier_of,
 )
+
+#: The formats the contact procedure writes out, per field (its examples).
+FORMATS = {"phone": "555-123-4567", "email": "name@example.com", "address": "14 Pier Road, Portsmouth, NH 03801"}
 
 
 # --- update_contact_info ------------------------------------------------------------------------------------
@@ -32,7 +36,7 @@ class UpdateContact(BaseTemplate):
         ("refusal", "contradicting_claim"),
         ("clarification", None),
     )
-    rule_keys = ("procedure_contact_details_update/formats/phone", "procedure_contact_details_update/formats/email")
+    rule_keys = ("procedure_contact_details_update/formats/phone~2", "procedure_contact_details_update/formats/address")
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         from . import STREETS, TOWNS
@@ -44,6 +48,9 @@ class UpdateContact(BaseTemplate):
         fields = rng.sample(("email", "phone", "address"), rng.choice((1, 1, 2)))
         if cell == ("success", "multi_doc") and "phone" not in fields:
             fields = ["phone", *fields[:1]]
+        for k in ("phone", "address"):  # a field whose format rule the plan wants decisive
+            if k not in fields and any(f"/formats/{k}" in key for key in plan.rule_keys):
+                fields = [*fields[:1], k]
         new: dict[str, str] = {}
         spoken: dict[str, str] = {}
         first, last = cust.name.lower().split()
@@ -60,11 +67,7 @@ class UpdateContact(BaseTemplate):
             new["address"] = f"{rng.randint(1, 300)} {rng.choice(STREETS)}, {town}, {st} {z}"
             spoken["address"] = new["address"]
         docs = ["procedure_contact_details_update", "procedure_identity_verification"]
-        fmt = {
-            k: ctx.const("procedure_contact_details_update", k, section="Formats", label=k.capitalize())
-            for k in fields
-            if k != "address"
-        }
+        fmt = {k: ctx.find("procedure_contact_details_update", FORMATS[k], section="Formats") for k in fields}
         chain = Chain()
         facts: dict[str, str] = {}
         hint = ""
@@ -101,8 +104,8 @@ class UpdateContact(BaseTemplate):
         identity_prefix(chain, cust, get_customer=False)
         args = {"customer_id": cust.id, **new}
         der: dict[str, Any] = {"customer_id": out(0)}
-        for k in new:
-            facts[f"new {k}"] = spoken[k]
+        for k in new:  # asked for a value, the customer gives it as the procedure writes it
+            facts[f"new {k}"] = new[k]
             der[k] = rule([fmt[k]], fact(f"new {k}")) if k in fmt else fact(f"new {k}")
         chain.add("update_contact_info", args, der)
         say = {
@@ -142,7 +145,7 @@ class LinkOverdraft(BaseTemplate):
         ("refusal", None),
         ("clarification", None),
     )
-    rule_keys = ("procedure_overdraft_protection/what_can_be_linked/covering_account",)
+    rule_keys = ("product_basic_savings/at_a_glance/minimum_opening_deposit",)
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
@@ -153,14 +156,7 @@ class LinkOverdraft(BaseTemplate):
             rng.randint(5, 300) * 10_000,
         )
         docs = ["procedure_overdraft_protection"]
-        decisive = [
-            ctx.const(
-                "procedure_overdraft_protection",
-                "basic_savings, high_yield_savings",
-                section="What can be linked",
-                label="Covering account",
-            )
-        ]
+        decisive = [ctx.find("procedure_overdraft_protection", "basic_savings, high_yield_savings")]
         chk2 = cust.account("everyday_checking", rng.randint(5, 100) * 10_000) if cell[0] == "clarification" else None
         sav = None
         if cell[1] != "implicit_order":
@@ -178,7 +174,7 @@ class LinkOverdraft(BaseTemplate):
         hint, say = "", {"checking": "checking account", "savings": "savings account"}
         if cell[1] == "implicit_order":  # no savings yet: open Basic Savings first, then link it
             m = min_deposit(ctx, "basic_savings")
-            decisive.append(m)
+            decisive += [m, product_code(ctx, "basic_savings")]
             dep = round_amount(rng, m.value, 100_000, 2_500)
             unlock(chain, "open_account_2291", "procedure_opening_accounts")
             chain.add(
@@ -191,7 +187,7 @@ class LinkOverdraft(BaseTemplate):
                 },
                 {
                     "customer_id": out(0),
-                    "product": lit("product code in procedure_opening_accounts"),
+                    "product": cval(product_code(ctx, "basic_savings")),
                     "initial_deposit_cents": fact("opening deposit"),
                     "funding_account_id": out(la),
                 },
