@@ -228,7 +228,9 @@ def dispute_windows(ctx: SynthContext, rng: random.Random | None = None) -> list
         cs = [
             Const(c.id, c.value, c.doc)
             for c in g.constants
-            if c.doc == doc and c.unit == "days" and c.attributes.get("section", "").lower() == "what can be disputed"
+            if c.doc == doc
+            and c.unit == "days"
+            and (c.attributes.get("section", "").lower() == "what can be disputed" or "-day window" in c.text)
         ]
         if cs:
             return [rng.choice(cs)] if rng is not None else cs
@@ -258,7 +260,7 @@ def travel_max(ctx: SynthContext) -> Const:
     )
 
 
-def travel_rules(ctx: SynthContext) -> tuple[Const, Const | None, Const | None]:
+def travel_rules(ctx: SynthContext, rng: random.Random | None = None) -> tuple[Const, Const | None, Const | None]:
     """The travel-notice rules: the maximum length, the end offset of a clamped notice ("end_date =
     start_date + N days", stated on the same line) and the maximum counted from today when the customer
     is already abroad (None where the graph has no such constant).
@@ -270,6 +272,9 @@ def travel_rules(ctx: SynthContext) -> tuple[Const, Const | None, Const | None]:
     line = g.by_id(mx.id).line
     days = [c for c in g.constants if c.doc == doc and c.unit == "days"]
     same = [c for c in days if c.line == line]
+    if rng is not None and len(same) >= 3:  # "Maximum length: 90 days" and "the first 90 days only": one rule
+        pick = rng.choice(same[:-1])
+        mx = Const(pick.id, pick.value, doc)
     offset = Const(same[-1].id, same[-1].value, doc) if len(same) >= 3 else None
     abroad = next((Const(c.id, c.value, doc) for c in days if c.line != line and "abroad" in c.text.lower()), None)
     return mx, offset, abroad
@@ -738,21 +743,47 @@ def replace_step(
     reason_from: dict[str, Any],
     shipping_from: dict[str, Any],
 ) -> tuple[int, list[Const]]:
-    """Unlock + replace_card_5120 with fee = card fee + shipping fee; returns (fee, its constants)."""
+    """Unlock + replace_card_5120 with fee = card fee + shipping fee, and the reason and delivery codes
+    the procedure names; returns (fee, the constants that decided the call).
+    """
     cf, sf = card_fee(ctx, reason, tier), ship_fee(ctx, shipping, tier)
     fee = cf.value + sf.value
+    codes = replace_codes(ctx)
+    rc, sc = codes[reason], codes[shipping]
     unlock(chain, REPLACE, "procedure_card_replacement")
     chain.add(
         REPLACE,
-        {"card_id": card["card_id"], "reason": reason, "shipping": shipping, "fee_cents": fee},
+        {
+            "card_id": card["card_id"],
+            "reason": code_of(rc, reason),
+            "shipping": code_of(sc, shipping),
+            "fee_cents": fee,
+        },
         {
             "card_id": out(src),
-            "reason": reason_from,
-            "shipping": shipping_from,
+            "reason": rule([rc], reason_from) if rc.found else reason_from,
+            "shipping": rule([sc], shipping_from) if sc.found else shipping_from,
             "fee_cents": {"kind": "constant", "ids": [cf.id, sf.id], "op": "sum"},
         },
     )
-    return fee, [cf, sf]
+    return fee, [cf, sf, *(c for c in (rc, sc) if c.found)]
+
+
+REPLACE_CODES = ("lost", "stolen", "damaged", "standard", "expedited")
+
+
+def replace_codes(ctx: SynthContext) -> dict[str, Const]:
+    """The reason and delivery codes step 4 of ``procedure_card_replacement`` names, in its order
+    (``lost``, ``stolen``, ``damaged``, ``standard``, ``expedited``); not-found codes where it names others.
+    """
+    doc, g = "procedure_card_replacement", ctx.entity_graph
+    found = []
+    if g is not None:
+        found = [c for c in g.constants if c.doc == doc and c.unit == "category" and "replace_card_5120" in c.text]
+    if len(found) == len(REPLACE_CODES):
+        return {code: Const(c.id, c.value, doc) for code, c in zip(REPLACE_CODES, found, strict=True)}
+    ctx.missing.setdefault(f"{doc}/steps/codes", f"expected {len(REPLACE_CODES)} codes on the replace_card_5120 step")
+    return {code: Const(f"{doc}/steps/{code}", code, doc, found=False) for code in REPLACE_CODES}
 
 
 def ship_words(shipping: str, rng: random.Random) -> str:
@@ -1306,14 +1337,14 @@ def _limit(plan, ctx, rng) -> Built:
     "change_daily_limit_refusal",
     "change a daily limit beyond what the policy allows",
     (),
-    [("refusal", None), ("refusal", "contradicting_claim")],
+    [("refusal", None), ("refusal", "multi_doc"), ("refusal", "contradicting_claim")],
     LIMIT_KEYS,
 )
 def _limit_refused(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
-    mx, mn = limit_max(ctx, tier), limit_min(ctx, procedure=rng.random() < 0.5)
+    mx, mn = limit_max(ctx, tier), limit_min(ctx, procedure=plan.seed % 2 == 1)
     cust, card, _ = customer_with_cards(plan, ctx, rng, tier, rng.randint(1, 2))
-    below = plan.failure_mode is None and rng.random() < 0.35
+    below = plan.failure_mode == "multi_doc"  # the minimum: stated in the limits page and in the procedure
     req = (
         rng.randint(1, max(1, LIMIT_MIN // 1000 - 1)) * 1000 if below else limit_request(rng, 0, LIMIT_MAX[tier], True)
     )
@@ -1405,7 +1436,7 @@ def nice(d: date) -> str:
 )
 def _travel(plan, ctx, rng) -> Built:
     fm = plan.failure_mode
-    mx, offset, abroad = travel_rules(ctx)
+    mx, offset, abroad = travel_rules(ctx, rng)
     cust = new_customer(plan, ctx, rng, tier=pick_tier(plan, rng))
     new_card(cust, checking(cust, rng), rng)
     today = ctx.today

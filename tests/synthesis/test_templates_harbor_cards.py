@@ -138,7 +138,7 @@ def test_the_fee_and_the_credit_follow_the_documents(domain, graph):
     assert cards.credit_for(standard, 10_001)[0] == 0
     assert cards.credit_for(cards.credit_rule(ctx, "preferred"), 73_000)[0] == 73_000
     assert cards.limit_max(ctx, "preferred").value == 500_000
-    assert [w.value for w in cards.dispute_windows(ctx)] == [60, 60] and cards.travel_max(ctx).value == 90
+    assert [w.value for w in cards.dispute_windows(ctx)] == [60, 60, 60] and cards.travel_max(ctx).value == 90
     assert cards.handoff_reason(ctx, "legal_or_estate")[0] == "legal_or_estate"
 
 
@@ -165,6 +165,7 @@ DECISIVE_CASES = [
     ("stolen_card_disputes", "success", "implicit_order"),
     ("change_daily_limit", "success", "multi_doc"),
     ("change_daily_limit_refusal", "refusal", None),
+    ("change_daily_limit_refusal", "refusal", "multi_doc"),
     ("unlock_and_raise_limit", "success", "implicit_order"),
     ("set_travel_notice", "success", "contradicting_claim"),
     ("set_travel_notice", "success", "multi_doc"),
