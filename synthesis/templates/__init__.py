@@ -299,6 +299,26 @@ class BaseTemplate:
     def cells(self) -> list[tuple[str, str | None]]:
         return list(self.supported)
 
+    #: The write tools a cell's chain calls, where they differ from :meth:`cell_tools`'s default.
+    calls: dict[tuple[str, str | None], tuple[str, ...]] = {}
+
+    def cell_tools(self, outcome: str, mode: str | None) -> tuple[str, ...]:
+        """The write tools a plan of this cell calls (the plan's ``tools``): :attr:`calls` if it names
+        the cell, else for a transfer the hand-off, for a refusal none, and otherwise every tool but
+        the hand-off.
+        """
+        if (outcome, mode) in self.calls:
+            return tuple(self.calls[(outcome, mode)])
+        if outcome == "transfer":
+            return tuple(t for t in self.tools if t == "transfer_to_human")
+        if outcome == "refusal":
+            return ()
+        return tuple(t for t in self.tools if t != "transfer_to_human")
+
+    def covers(self, rule_id: str) -> bool:
+        """Whether a plan of this template can make ``rule_id`` decisive (it is one of :attr:`rule_keys`)."""
+        return rule_id in self.rule_keys
+
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:  # pragma: no cover - abstract
         raise NotImplementedError
 

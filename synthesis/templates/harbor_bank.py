@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import Plan
-from . import BaseTemplate, Chain, Const, Draft, SynthContext, identity_prefix, new_customer, unlock
+from . import BaseTemplate, Chain, Const, Draft, SynthContext, identity_prefix, new_customer, slug, unlock
 from .harbor_bank_base import *  # noqa: F403
 from .harbor_bank_base import (
     MIN_DEPOSIT,
@@ -53,7 +53,9 @@ class OpenAccount(BaseTemplate):
         ("refusal", "contradicting_claim"),
         ("clarification", None),
     )
-    rule_keys = tuple(f"product_{p}/at_a_glance/minimum_opening_deposit" for p in MIN_DEPOSIT)
+    rule_keys = tuple(f"product_{p}/at_a_glance/minimum_opening_deposit" for p in MIN_DEPOSIT) + tuple(
+        f"procedure_opening_accounts/product_codes/{slug(PRODUCT_NAMES[p])}/code" for p in MIN_DEPOSIT
+    )
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
@@ -273,7 +275,14 @@ class CloseAccount(BaseTemplate):
         ("refusal", "contradicting_claim"),
         ("clarification", None),
     )
-    rule_keys = ("product_cd_12_month/before_maturity/cannot_be_closed_before_maturity",)
+    rule_keys = (
+        "product_cd_12_month/at_a_glance/term_and_maturity",
+        "procedure_closing_accounts/closures_that_must_be_refused/cd_before_maturity_date",
+    )
+    calls = {
+        ("success", None): ("close_account_8837",),  # a zero balance: nothing to move first
+        ("clarification", None): ("close_account_8837",),
+    }
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
@@ -405,7 +414,7 @@ class TransferFunds(BaseTemplate):
         ("refusal", "contradicting_claim"),
         ("clarification", None),
     )
-    rule_keys = ("product_cd_12_month/before_maturity/no_withdrawals_and_no_transfers_out",)
+    rule_keys = ("product_cd_12_month/at_a_glance/term_and_maturity",)
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)

@@ -43,6 +43,15 @@ class Wire(BaseTemplate):
     name = "wire"
     intent = "send a domestic wire"
     tools = ("initiate_wire_9150", "approve_wire_in_app", "release_wire_9152", "transfer_funds")
+    calls = {  # money moves from savings first only when checking lacks it (implicit order)
+        (o, f): ("initiate_wire_9150", "approve_wire_in_app", "release_wire_9152")
+        for o, f in (
+            ("success", None),
+            ("success", "multi_doc"),
+            ("success", "contradicting_claim"),
+            ("clarification", None),
+        )
+    }
     supported = (
         ("success", None),
         ("success", "multi_doc"),
@@ -327,6 +336,12 @@ class RefundFee(BaseTemplate):
         "fee_schedule_2025/account_activity_fees/stop_payment_fee",
         "fee_schedule_2025/account_activity_fees/paper_statement_fee",
     )
+
+    def cell_for_rule(self, rule_id: str) -> tuple[str, str | None] | None:
+        """A fee that is never refundable is decisive in a refusal; the rest in a refund."""
+        if any(slug(f[4]) in rule_id for f in NOT_REFUNDABLE) and rule_id.startswith("fee_schedule_2025/"):
+            return ("refusal", None)
+        return None
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
