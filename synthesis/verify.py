@@ -367,9 +367,21 @@ def _replay_problems(task: Task, domain: Domain, prov: Provenance) -> list[Probl
         )
     db, steps = domain.replay(task)
     db.close()
+    # a domain may answer a failed call with an ordinary "Error: ..." text (tau3-banking does, as its
+    # benchmark), which the replay does not flag: a reference chain must not rely on one
+    failed = [
+        problem("replay_error", f"action {i} ({step.name}) failed in the reference replay: {step.output[:200]!r}.")
+        for i, step in enumerate(steps)
+        if not step.error and _ERROR_TEXT.match(step.output or "")
+    ]
+    if failed:
+        return problems + failed
     tracer = Tracer(task, domain, None)
     tracer.outputs = [s.output for s in steps]
     return problems + trace_outputs(task, prov, tracer)
+
+
+_ERROR_TEXT = re.compile(r"\s*Error\b")
 
 
 # --- stage 4: play --------------------------------------------------------------------------------

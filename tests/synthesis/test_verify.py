@@ -608,3 +608,50 @@ def test_json_argument_fields_are_traced(notes):
     unexplained = note_task({"ref": "REF-77", "text": "call back"}, {"ref": ref})
     problems = verify(unexplained, notes)
     assert checks(problems) == ["untraceable_argument"] and "'text' has no derivation" in problems[0].message
+
+
+def test_a_call_answered_with_an_error_text_is_a_replay_error():
+    # a domain may answer a failed call with an ordinary "Error: ..." output (tau3-banking does)
+    from tau_env import Document, Domain, Schema, Task, tool
+
+    @tool(kind="write")
+    def put(ctx: ToolContext, key: str) -> str:
+        """Store a key.
+
+        Args:
+            key: The key.
+        """
+        if key == "bad":
+            return "Error: no such key"
+        ctx.conn.execute("INSERT INTO kv VALUES (?)", (key,))
+        return "ok"
+
+    domain = Domain(
+        name="errtext",
+        schema=Schema.from_ddl("CREATE TABLE kv (k TEXT PRIMARY KEY) STRICT;"),
+        seed={},
+        tools=[put],
+        documents=[Document("d", "Doc", "Keys are stored with put.")],
+        policy="p",
+        tasks=[],
+    )
+
+    def task(key: str) -> Task:
+        return Task.model_validate(
+            {
+                "id": f"t-{key}",
+                "scenario": {"requests": [f"store {key} and then ok"]},
+                "actions": [{"name": "put", "arguments": {"key": key}}, {"name": "put", "arguments": {"key": "ok"}}],
+                "metadata": {
+                    "synthesis": {
+                        "plan": {"id": "p", "template": "t", "intent": "store keys"},
+                        "derivations": [{"key": {"kind": "fact", "key": "k"}}, {"key": {"kind": "fact", "key": "k"}}],
+                        "intent_query": "store keys put",
+                    }
+                },
+            }
+        )
+
+    found = verify(task("bad"), domain, play=False)
+    assert [p.check for p in found] == ["replay_error"]
+    assert "no such key" in found[0].message
