@@ -284,6 +284,10 @@ class CloseAccount(BaseTemplate):
         ("clarification", None): ("close_account_8837",),
     }
 
+    def cell_for_rule(self, rule_id: str) -> tuple[str, str | None] | None:
+        """The CD's maturity decides only the CD cells."""
+        return ("refusal", "multi_doc") if rule_id in self.rule_keys else None
+
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
         cell = (plan.outcome, plan.failure_mode)
@@ -415,6 +419,10 @@ class TransferFunds(BaseTemplate):
         ("clarification", None),
     )
     rule_keys = ("product_cd_12_month/at_a_glance/term_and_maturity",)
+
+    def cell_for_rule(self, rule_id: str) -> tuple[str, str | None] | None:
+        """The CD's maturity decides only the CD cells."""
+        return ("refusal", "multi_doc") if rule_id in self.rule_keys else None
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)

@@ -147,6 +147,10 @@ class LinkOverdraft(BaseTemplate):
     )
     rule_keys = ("product_basic_savings/at_a_glance/minimum_opening_deposit",)
 
+    def cell_for_rule(self, rule_id: str) -> tuple[str, str | None] | None:
+        """The savings minimum decides only when a Basic Savings is opened first (implicit order)."""
+        return ("success", "implicit_order") if rule_id in self.rule_keys else None
+
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         rng = rng_of(plan)
         cell = (plan.outcome, plan.failure_mode)

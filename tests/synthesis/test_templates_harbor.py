@@ -91,3 +91,53 @@ def test_ids_are_unique_per_plan(ctx):
     ids = lambda t: {next(iter(r.values())) for rows in t.initial_state.values() for r in rows}  # noqa: E731
     assert not ids(a) & ids(b)
     assert templates_of(ctx) is templates_of(ctx)
+
+
+@pytest.fixture(scope="module")
+def graphs(ctx):
+    from tau_env.synthesis.tool_graph import build_tool_graph
+
+    eg = ctx.graph
+    return eg, build_tool_graph(ctx.domain, eg)
+
+
+def test_every_cell_passes_verify_and_review(ctx, graphs):
+    from tau_env.synthesis.review import review
+    from tau_env.synthesis.verify import verify
+
+    eg, tg = graphs
+    bad = []
+    for name, o, f in _cells():
+        t = hb.TEMPLATES[name]
+        plan = Plan(
+            id=f"v-{name}-{o}-{f}",
+            template=name,
+            intent=t.intent,
+            tools=list(t.cell_tools(o, f)),
+            outcome=o,
+            failure_mode=f,
+            seed=11,
+        )
+        task = asyncio.run(synthesize(plan, ctx))
+        problems = verify(task, ctx.domain, eg, tg) or asyncio.run(review(task, ctx.domain))
+        bad += [f"{plan.cell}: {p.check}: {p.message[:160]}" for p in problems]
+    assert not bad, "\n".join(bad)
+
+
+def test_rule_keys_are_entity_graph_constants(ctx):
+    for t in hb.TEMPLATES.values():
+        for key in t.rule_keys:
+            ctx.graph.by_id(key)  # KeyError names the near ids when the graph's wording changed
+
+
+def test_a_wanted_rule_becomes_decisive(ctx):
+    from tau_env.synthesis.planner import Planner
+
+    p = Planner(hb.TEMPLATES, seed=5)
+    keys = sorted({k for t in hb.TEMPLATES.values() for k in t.rule_keys})
+    missed = []
+    for plan in p.plan(len(keys), want_rules=keys):
+        task = asyncio.run(synthesize(plan, ctx))
+        if plan.rule_keys[0] not in task.metadata["synthesis"]["decisive"]:
+            missed.append(f"{plan.cell} {plan.rule_keys[0]}")
+    assert not missed, "\n".join(missed)
