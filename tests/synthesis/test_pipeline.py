@@ -1,0 +1,196 @@
+"""The pipeline end to end with the template backend: the commands, resuming, determinism."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tau_env.synthesis import pipeline
+from tau_env.synthesis.errors import SynthesisError
+from tau_env.synthesis.records import Provenance, chain_signature
+
+import tau_env
+
+ENV = "harbor-bank-v0"
+CLI = [sys.executable, "-m", "tau_env.cli"]
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_the_commands_make_task_files_that_check_evaluate_and_report(tmp_path):
+    out = tmp_path / "run1"
+
+    def synth(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([*CLI, "synth", *args], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    synth("tasks", ENV, "--n", "24", "--out", str(out), "--quiet")
+    synth("compose", "--from", str(out), "--n", "5", "--quiet")
+    synth("report", str(out))
+    singles, composites = lines(out / "tasks.jsonl"), lines(out / "composite.jsonl")
+    assert len(singles) == 24 and len(composites) == 5
+    assert len({chain_signature(tau_env.Task.model_validate(t)) for t in singles + composites}) == 29
+    for t in composites:
+        prov = Provenance.from_dict(t["metadata"]["synthesis"])
+        assert 2 <= len(prov.components) <= 4
+        assert set(prov.components) <= {s["id"] for s in singles}
+    for name in ("tasks.jsonl", "composite.jsonl"):  # ordinary task files: check and eval play them
+        done = subprocess.run([*CLI, "check", ENV, "--tasks", str(out / name)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:]
+    run = tau_env.evaluate(ENV, tau_env.OracleAgent, tau_env.ScriptedUser, tasks=out / "composite.jsonl")
+    assert run.metrics["pass@1"] == 1.0
+    text = (out / "report.txt").read_text()
+    assert "Stage yield" in text and "Write tools" in text
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") >= 2
+    stages = [s["stage"] for s in lines(out / "stages.jsonl")]
+    assert stages[0] == "graphs" and "tasks" in stages and stages[-1] == "compose"
+
+
+def test_the_same_seed_gives_the_same_tasks_with_one_process_or_two(tmp_path):
+    a = pipeline.run_tasks(tmp_path / "a", ENV, n=30, batch=40, seed=7)
+    b = pipeline.run_tasks(tmp_path / "b", ENV, n=30, batch=40, seed=7, workers=2)
+    c = pipeline.run_tasks(tmp_path / "c", ENV, n=30, batch=40, seed=8)
+    assert a["accepted"] == b["accepted"] == c["accepted"] == 30
+    ta, tb, tc = ((tmp_path / x / "tasks.jsonl").read_text() for x in "abc")
+    assert ta == tb
+    assert ta != tc
+
+
+KILLER = """
+import os, signal, sys
+from tau_env.synthesis import pipeline
+from tau_env.synthesis.run import RunFolder
+
+pipeline.CHUNK = 8
+append = RunFolder.append
+count = {"n": 0}
+
+def killing_append(self, name, records):
+    n = append(self, name, records)
+    if name == "tasks.jsonl":
+        count["n"] += 1
+        if count["n"] == 2:  # killed for good after two chunks: no cleanup, no finally
+            os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+RunFolder.append = killing_append
+pipeline.run_tasks(sys.argv[1], "harbor-bank-v0", n=30, batch=40, seed=3)
+"""
+
+
+def test_a_killed_run_goes_on_where_it_stopped_and_ends_as_an_uninterrupted_one(tmp_path):
+    out = tmp_path / "killed"
+    script = tmp_path / "killer.py"
+    script.write_text(textwrap.dedent(KILLER))
+    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr[-2000:]
+    before = lines(out / "verdicts.jsonl")
+    assert 0 < len(before) < 40
+    pipeline.CHUNK, chunk = 8, pipeline.CHUNK
+    try:
+        result = pipeline.run_tasks(out, ENV, n=30, batch=40, seed=3)
+    finally:
+        pipeline.CHUNK = chunk
+    assert result["accepted"] == 30
+    verdicts = lines(out / "verdicts.jsonl")
+    ids = [v["id"] for v in verdicts]
+    assert len(ids) == len(set(ids))  # nothing redone
+    assert ids[: len(before)] == [v["id"] for v in before]
+    whole = pipeline.run_tasks(tmp_path / "whole", ENV, n=30, batch=40, seed=3)
+    assert whole["accepted"] == 30
+    assert (out / "tasks.jsonl").read_text() == (tmp_path / "whole" / "tasks.jsonl").read_text()
+
+
+def test_a_folder_of_another_run_is_refused_and_graphs_are_reused(tmp_path):
+    out = tmp_path / "run"
+    pipeline.run_graphs(out, ENV)
+    made = (out / "graphs" / "tool_graph.json").stat().st_mtime_ns
+    pipeline.run_tasks(out, ENV, n=5, batch=10)
+    assert (out / "graphs" / "tool_graph.json").stat().st_mtime_ns == made
+    with pytest.raises(SynthesisError, match="seed"):
+        pipeline.run_tasks(out, ENV, n=5, seed=99)
+    with pytest.raises(SynthesisError, match="run.json"):
+        pipeline.run_compose(tmp_path / "nothing", n=3)
+    with pytest.raises(tau_env.error.InvalidOptionError, match="n must be a positive integer"):
+        pipeline.run_tasks(out, ENV, n=0)
+
+
+# ---------------------------------------------------------------- every model role through a scripted server
+
+
+def _scripted_model(request: dict) -> Any:
+    """An OpenAI-compatible model that plays every synthesis role from what the prompt gives it."""
+    from tau_env.testing import text
+
+    system = request["messages"][0]["content"]
+    body = request["messages"][1]["content"]
+    if system.startswith("You extract every numeric"):
+        return text(json.dumps({"constants": []}))
+    if system.startswith("You write the customer's side"):
+        spec = json.loads(body.split("\nA previous version")[0])
+        requests = []
+        for ask in spec["asks"]:
+            said = "; ".join(f"{k}: {v}" for k, v in (ask.get("say") or {}).items())
+            claims = "; ".join(str(v) for v in (ask.get("claims") or {}).values())
+            opening = f"I need help: {ask.get('intent', 'a request')}."
+            requests.append(" ".join(x for x in (opening, said, claims) if x))
+        wording = {"persona": "A customer (model-written).", "requests": requests, "instructions": "Be brief."}
+        return text(json.dumps(wording))
+    if system.startswith("You review synthetic"):
+        # the first review of some tasks rejects the scenario (the pipeline rewrites only that), then accepts
+        first = len(request["messages"]) == 2 and "A previous version" not in body
+        if first and int(hashlib.sha256(body.encode()).hexdigest(), 16) % 3 == 0:
+            critique = {"component": "scenario", "kind": "ambiguous_instruction", "message": "say which account"}
+            return text(json.dumps({"accept": False, "critiques": [critique]}))
+        return text(json.dumps({"accept": True, "critiques": []}))
+    if system.startswith("You merge several"):
+        return text(json.dumps(json.loads(body)["draft"]))
+    if system.startswith("You improve a task-synthesis"):
+        return text(json.dumps({"prompts": {"wording": "Keep it short."}, "weights": {}, "why": "scripted"}))
+    raise AssertionError(f"unexpected prompt: {system[:80]}")
+
+
+def test_every_model_role_runs_through_a_scripted_server_cached_and_counted(tmp_path):
+    from tau_env.synthesis.llm import SynthLLM
+    from tau_env.synthesis.run import RunFolder
+
+    from tau_env.testing import FakeOpenAI
+
+    out = tmp_path / "llm"
+    cache = tmp_path / "llm_cache.sqlite"
+    with FakeOpenAI(_scripted_model) as server:
+        llm = SynthLLM("scripted", server.url, cache_path=cache)
+        pipeline.run_graphs(out, ENV, llm=llm)
+        pipeline.run_tasks(out, ENV, n=12, batch=8, llm=llm)
+        pipeline.run_compose(out, n=3, llm=llm)
+        with RunFolder.open(out, lock=False) as run:
+            llm.save_usage(run)
+        llm.close()
+        first = len(server.requests)
+        roles = json.loads((out / "llm_usage.json").read_text())["roles"]
+        assert {"entity_extraction", "wording", "review", "composition", "reflection"} <= set(roles)
+        assert all(r["calls"] > 0 for r in roles.values())
+        singles = lines(out / "tasks.jsonl")
+        assert len(singles) == 12
+        assert all(t["scenario"]["persona"] == "A customer (model-written)." for t in singles)
+        assert any(v["regenerations"] for v in lines(out / "verdicts.jsonl"))  # a rejected scenario was rewritten
+        done = subprocess.run([*CLI, "check", ENV, "--tasks", str(out / "tasks.jsonl")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:]
+        # the same run again in a new folder with the same cache: no request reaches the server
+        again = tmp_path / "again"
+        llm2 = SynthLLM("scripted", server.url, cache_path=cache)
+        pipeline.run_graphs(again, ENV, llm=llm2)
+        pipeline.run_tasks(again, ENV, n=12, batch=8, llm=llm2)
+        llm2.close()
+        assert len(server.requests) == first
+        assert (again / "tasks.jsonl").read_text() == (out / "tasks.jsonl").read_text()
