@@ -157,9 +157,19 @@ def pick_tier(plan: Plan, rng: random.Random, allowed: tuple[str, ...] = TIERS) 
     return t if t in allowed else rng.choice(allowed)
 
 
+def graph_of(ctx: SynthContext) -> Any:
+    """The context's entity graph (``ctx.graph`` builds the domain's on first use)."""
+    return getattr(ctx, "graph", ctx.entity_graph)
+
+
+def wanted(plan: Plan, cs: list[Const]) -> Const | None:
+    """The one of ``cs`` the plan wants decisive, if any."""
+    return next((c for c in cs if c.id in plan.rule_keys), None)
+
+
 def by_id(ctx: SynthContext, cid: str, fallback: Any) -> Const:
     """A constant by its id; the fallback (recorded in ``ctx.missing``) when the graph lacks it."""
-    g = ctx.entity_graph
+    g = graph_of(ctx)
     if g is not None:
         try:
             c = g.by_id(cid)
@@ -173,7 +183,7 @@ def by_id(ctx: SynthContext, cid: str, fallback: Any) -> Const:
 
 def find(ctx: SynthContext, doc: str, fallback_id: str, fallback: Any, pred: Callable[[Any], bool]) -> Const:
     """The first constant of ``doc`` that ``pred`` accepts (prose constants have generated labels)."""
-    g = ctx.entity_graph
+    g = graph_of(ctx)
     if g is not None:
         for c in g.constants:
             if c.doc == doc and pred(c):
@@ -216,13 +226,13 @@ def limit_min(ctx: SynthContext, procedure: bool = False) -> Const:
                 lambda c: c.unit == "cents" and "minimum" in c.attributes.get("label", "").lower())  # fmt: skip
 
 
-def dispute_windows(ctx: SynthContext, rng: random.Random | None = None) -> list[Const]:
+def dispute_windows(ctx: SynthContext, rng: random.Random | None = None, plan: Plan | None = None) -> list[Const]:
     """The dispute window as ``procedure_card_disputes`` states it: posted "within the last N days", or
     "on or after the date N days before today" (one rule stated twice; ``rng`` picks the statement a task
     goes by, so each decides some tasks).
     """
     doc = "procedure_card_disputes"
-    g = ctx.entity_graph
+    g = graph_of(ctx)
     fid = f"{doc}/what_can_be_disputed/within_the_last_days"
     if g is not None:
         cs = [
@@ -233,6 +243,8 @@ def dispute_windows(ctx: SynthContext, rng: random.Random | None = None) -> list
             and (c.attributes.get("section", "").lower() == "what can be disputed" or "-day window" in c.text)
         ]
         if cs:
+            if plan is not None and wanted(plan, cs) is not None:
+                return [wanted(plan, cs)]
             return [rng.choice(cs)] if rng is not None else cs
         ctx.missing[fid] = f"no constant of {doc!r} matches"
     else:
@@ -260,13 +272,15 @@ def travel_max(ctx: SynthContext) -> Const:
     )
 
 
-def travel_rules(ctx: SynthContext, rng: random.Random | None = None) -> tuple[Const, Const | None, Const | None]:
+def travel_rules(
+    ctx: SynthContext, rng: random.Random | None = None, plan: Plan | None = None
+) -> tuple[Const, Const | None, Const | None]:
     """The travel-notice rules: the maximum length, the end offset of a clamped notice ("end_date =
     start_date + N days", stated on the same line) and the maximum counted from today when the customer
     is already abroad (None where the graph has no such constant).
     """
     mx = travel_max(ctx)
-    g, doc = ctx.entity_graph, "procedure_travel_notices"
+    g, doc = graph_of(ctx), "procedure_travel_notices"
     if g is None or not mx.found:
         return mx, None, None
     line = g.by_id(mx.id).line
@@ -274,6 +288,8 @@ def travel_rules(ctx: SynthContext, rng: random.Random | None = None) -> tuple[C
     same = [c for c in days if c.line == line]
     if rng is not None and len(same) >= 3:  # "Maximum length: 90 days" and "the first 90 days only": one rule
         pick = rng.choice(same[:-1])
+        if plan is not None and any(c.id in plan.rule_keys for c in same[:-1]):
+            pick = next(c for c in same[:-1] if c.id in plan.rule_keys)
         mx = Const(pick.id, pick.value, doc)
     offset = Const(same[-1].id, same[-1].value, doc) if len(same) >= 3 else None
     abroad = next((Const(c.id, c.value, doc) for c in days if c.line != line and "abroad" in c.text.lower()), None)
@@ -462,9 +478,30 @@ class Built:
 class CardTemplate(BaseTemplate):
     """A template whose body is a function ``(template, plan, ctx, rng) -> Built``."""
 
-    def __init__(self, name: str, intent: str, tools: tuple[str, ...], supported, rule_keys, body) -> None:
+    def __init__(
+        self, name: str, intent: str, tools: tuple[str, ...], supported, rule_keys, body, routes=(), calls=None
+    ):
         self.name, self.intent, self.tools = name, intent, tools
         self.supported, self.rule_keys, self.body = tuple(supported), tuple(rule_keys), body
+        #: (document, word in the id, cell): constants whose ids the graph words (prose lines), so not
+        #: in ``rule_keys``, that a plan of ``cell`` makes decisive when it wants them.
+        self.routes = tuple(routes)
+        self.calls = dict(calls or {})
+
+    def _route(self, rule_id: str) -> tuple[str, str | None] | None:
+        for doc, word, cell in self.routes:  # a word ending in "$" must end the id
+            hit = rule_id.endswith(word[:-1]) if word.endswith("$") else word in rule_id
+            if rule_id.startswith(doc + "/") and hit:
+                return cell
+        return None
+
+    def covers(self, rule_id: str) -> bool:
+        """Whether a plan of this template can make ``rule_id`` decisive."""
+        return rule_id in self.rule_keys or self._route(rule_id) is not None
+
+    def cell_for_rule(self, rule_id: str) -> tuple[str, str | None] | None:
+        """The cell whose plans make ``rule_id`` decisive (None: any success cell)."""
+        return self._route(rule_id)
 
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         if (plan.outcome, plan.failure_mode) not in self.supported:
@@ -486,7 +523,7 @@ class CardTemplate(BaseTemplate):
             expect_no_change=not b.chain.writes(ctx.domain),
             required_documents=list(dict.fromkeys(b.docs)),
             intent_query=b.query + (" promise already approved claimed tier" if CLAIMS_DOC in b.docs else ""),
-            decisive=list(dict.fromkeys(c.id for c in b.decisive)),
+            decisive=list(dict.fromkeys(c.id for c in b.decisive if c.found)),
             unknown=b.unknown,
             instructions_hint=b.hint,
             lookups=[x for x in b.lookups if x],
@@ -498,9 +535,9 @@ class CardTemplate(BaseTemplate):
 TEMPLATES: dict[str, CardTemplate] = {}
 
 
-def template(name: str, intent: str, tools: tuple[str, ...], supported, rule_keys=()):
+def template(name: str, intent: str, tools: tuple[str, ...], supported, rule_keys=(), routes=(), calls=None):
     def deco(body):
-        TEMPLATES[name] = CardTemplate(name, intent, tools, supported, rule_keys, body)
+        TEMPLATES[name] = CardTemplate(name, intent, tools, supported, rule_keys, body, routes, calls)
         return body
 
     return deco
@@ -776,7 +813,7 @@ def replace_codes(ctx: SynthContext) -> dict[str, Const]:
     """The reason and delivery codes step 4 of ``procedure_card_replacement`` names, in its order
     (``lost``, ``stolen``, ``damaged``, ``standard``, ``expedited``); not-found codes where it names others.
     """
-    doc, g = "procedure_card_replacement", ctx.entity_graph
+    doc, g = "procedure_card_replacement", graph_of(ctx)
     found = []
     if g is not None:
         found = [c for c in g.constants if c.doc == doc and c.unit == "category" and "replace_card_5120" in c.text]
@@ -970,13 +1007,17 @@ def dispute_customer(plan, ctx, rng, tier, two_accounts=False):
     (DISPUTE,),
     [("success", None), ("success", "multi_doc"), ("success", "contradicting_claim"), ("success", "underspecified")],
     CREDIT_KEYS,
+    routes=[
+        ("procedure_card_disputes", "dispute_reasons/duplicate$", ("success", "multi_doc")),
+        *(("procedure_card_disputes", f"dispute_reasons/{r}$", ("success", None)) for r in STORY),
+    ],
 )
 def _dispute(plan, ctx, rng) -> Built:
     fm = plan.failure_mode
     tier = "standard" if fm in ("multi_doc", "contradicting_claim") else pick_tier(plan, rng)
     if key_tier(plan) and fm != "contradicting_claim":
         tier = key_tier(plan)
-    window = dispute_windows(ctx, rng)
+    window = dispute_windows(ctx, rng, plan)
     cs = credit_rule(ctx, tier)
     threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, accts = dispute_customer(plan, ctx, rng, tier, two_accounts=fm == "underspecified")
@@ -1001,6 +1042,9 @@ def _dispute(plan, ctx, rng) -> Built:
         docs.append("customer_tiers_overview")
     else:
         reason = rng.choice(tuple(STORY))
+        for r in STORY:
+            if any(k.startswith("procedure_card_disputes/dispute_reasons/" + r) for k in plan.rule_keys):
+                reason = r
         if fm == "contradicting_claim":  # claims a better tier; the standard rule gives no credit above it
             amount = rng.randint(max(threshold, 200) + 1, max(threshold, 200) * 6)
             claims["tier"] = rng.choice(("Preferred", "Private"))
@@ -1049,10 +1093,14 @@ def _dispute(plan, ctx, rng) -> Built:
     (DISPUTE,),
     [("success", None), ("success", "multi_doc")],
     CREDIT_KEYS,
+    routes=[
+        ("procedure_card_disputes", "what_can_be_disputed", ("success", "multi_doc")),
+        ("procedure_card_disputes", "steps/check", ("success", "multi_doc")),
+    ],
 )
 def _dispute_multi(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
-    window = dispute_windows(ctx, rng)
+    window = dispute_windows(ctx, rng, plan)
     cs = credit_rule(ctx, tier)
     threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
@@ -1102,13 +1150,19 @@ def _dispute_multi(plan, ctx, rng) -> Built:
     "dispute a transaction the policy does not allow",
     (),
     [("refusal", None), ("refusal", "contradicting_claim")],
+    routes=[
+        ("procedure_card_disputes", "what_can_be_disputed", ("refusal", None)),
+        ("procedure_card_disputes", "steps/check", ("refusal", None)),
+    ],
 )
 def _dispute_refused(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
-    window = dispute_windows(ctx, rng)
+    window = dispute_windows(ctx, rng, plan)
     cs = credit_rule(ctx, tier)
     cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
     kind = rng.choice(("disputed", "not_purchase", "pending", "too_old"))
+    if wanted(plan, window):
+        kind = "too_old"
     merchant = rng.choice(MERCHANTS)
     amount = rng.randint(1000, 60000)
     days, claims, decisive = rng.randint(1, WINDOW - 1), {}, []
@@ -1183,11 +1237,12 @@ def _dispute_refused(plan, ctx, rng) -> Built:
     (REPLACE, DISPUTE),
     [("success", "implicit_order"), ("success", "multi_doc")],
     FEE_KEYS + CREDIT_KEYS,
+    routes=[("procedure_card_replacement", "stolen", ("success", "multi_doc"))],
 )
 def _stolen(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
     shipping = card_choice(plan, rng)[1] or rng.choice(("standard", "expedited"))
-    window = dispute_windows(ctx, rng)
+    window = dispute_windows(ctx, rng, plan)
     cs = credit_rule(ctx, tier)
     threshold = CREDIT_THRESHOLD  # the scenario is designed around the document's reading
     cust, card, accts = customer_with_cards(plan, ctx, rng, tier, 1)
@@ -1339,10 +1394,19 @@ def _limit(plan, ctx, rng) -> Built:
     (),
     [("refusal", None), ("refusal", "multi_doc"), ("refusal", "contradicting_claim")],
     LIMIT_KEYS,
+    routes=[
+        ("debit_card_daily_limits", "minimum", ("refusal", "multi_doc")),
+        ("procedure_daily_card_limits", "lowest", ("refusal", "multi_doc")),
+    ],
 )
 def _limit_refused(plan, ctx, rng) -> Built:
     tier = pick_tier(plan, rng)
-    mx, mn = limit_max(ctx, tier), limit_min(ctx, procedure=plan.seed % 2 == 1)
+    procedure = plan.seed % 2 == 1
+    if any(k.startswith("procedure_daily_card_limits/") for k in plan.rule_keys):
+        procedure = True
+    elif any(k.startswith(LIMIT_DOC + "/") and "minimum" in k for k in plan.rule_keys):
+        procedure = False
+    mx, mn = limit_max(ctx, tier), limit_min(ctx, procedure=procedure)
     cust, card, _ = customer_with_cards(plan, ctx, rng, tier, rng.randint(1, 2))
     below = plan.failure_mode == "multi_doc"  # the minimum: stated in the limits page and in the procedure
     req = (
@@ -1433,10 +1497,15 @@ def nice(d: date) -> str:
     "set a travel notice for a trip abroad",
     (TRAVEL,),
     [("success", None), ("success", "multi_doc"), ("success", "contradicting_claim"), ("clarification", None)],
+    routes=[
+        ("procedure_travel_notices", "maximum_length", ("success", "contradicting_claim")),
+        ("procedure_travel_notices", "last_day", ("success", "multi_doc")),
+    ],
 )
 def _travel(plan, ctx, rng) -> Built:
     fm = plan.failure_mode
-    mx, offset, abroad = travel_rules(ctx, rng)
+    mx, offset, abroad = travel_rules(ctx, rng, plan)
+    want_abroad = abroad is not None and abroad.id in plan.rule_keys
     cust = new_customer(plan, ctx, rng, tier=pick_tier(plan, rng))
     new_card(cust, checking(cust, rng), rng)
     today = ctx.today
@@ -1446,12 +1515,13 @@ def _travel(plan, ctx, rng) -> Built:
     start = today + timedelta(days=rng.randint(2, 60))
     end = start + timedelta(days=rng.randint(3, 40))
     if fm in ("multi_doc", "contradicting_claim"):
-        kind = "abroad" if fm == "multi_doc" and rng.random() < 0.4 else "long"
+        kind = "abroad" if fm == "multi_doc" and (rng.random() < 0.4 or want_abroad) else "long"
         if kind == "long":
             end = start + timedelta(days=TRAVEL_MAX + rng.randint(0, 120))
         else:
             start = today - timedelta(days=rng.randint(1, 14))
-            end = today + timedelta(days=rng.randint(95, 150) if rng.random() < 0.4 else rng.randint(2, 45))
+            far = rng.random() < 0.4 or want_abroad
+            end = today + timedelta(days=rng.randint(TRAVEL_MAX + 5, 150) if far else rng.randint(2, 45))
     chain, decisive, claims = Chain(), [], {}
     identity_prefix(chain, cust, get_customer=False)
     s_from, e_from, s_set, e_set = fact("start date"), fact("end date"), start, end
@@ -1548,6 +1618,7 @@ RELATIVES = (("mother", "son"), ("father", "daughter"), ("husband", "wife"), ("w
     ("transfer_to_human",),
     [("transfer", None), ("transfer", "multi_doc")],
     HANDOFF_KEYS[1:2],
+    routes=[("deceased_customers_and_estates", "transfer", ("transfer", "multi_doc"))],
 )
 def _estate(plan, ctx, rng) -> Built:
     cust = new_customer(plan, ctx, rng, tier=pick_tier(plan, rng), age=rng.randint(68, 95))
@@ -1609,6 +1680,8 @@ def _estate(plan, ctx, rng) -> Built:
     ("lock_card", "transfer_to_human"),
     [("transfer", "implicit_order"), ("transfer", "multi_doc")],
     HANDOFF_KEYS[0:1],
+    routes=[("security_account_takeover", "chat_transfer", ("transfer", "multi_doc"))],
+    calls={c: ("lock_card", "transfer_to_human") for c in (("transfer", "implicit_order"), ("transfer", "multi_doc"))},
 )
 def _takeover(plan, ctx, rng) -> Built:
     cust = new_customer(plan, ctx, rng, tier=pick_tier(plan, rng))
@@ -1674,6 +1747,7 @@ def _takeover(plan, ctx, rng) -> Built:
     ("transfer_to_human",),
     [("transfer", "contradicting_claim")],
     HANDOFF_KEYS[0:1],
+    routes=[("security_account_takeover", "verification_fails", ("transfer", "contradicting_claim"))],
 )
 def _takeover_unverified(plan, ctx, rng) -> Built:
     cust = new_customer(plan, ctx, rng, tier=pick_tier(plan, rng))
@@ -1732,7 +1806,7 @@ def _insist(plan, ctx, rng) -> Built:
         decisive, docs, what = [mx], [*LIMIT_DOCS], f"a {money(req)} limit above the tier maximum"
         facts = {"card last 4 digits": card["last4"], "requested limit": money(req)}
     else:
-        window = dispute_windows(ctx, rng)
+        window = dispute_windows(ctx, rng, plan)
         cust, (acct,) = dispute_customer(plan, ctx, rng, tier)
         m, amount = rng.choice(MERCHANTS), rng.randint(2000, 50000)
         days = WINDOW + rng.randint(1, 50)

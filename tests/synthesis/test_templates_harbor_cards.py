@@ -257,3 +257,29 @@ def test_refusals_never_call_the_refused_tool(domain, graph):
                 assert not ({a.name for a in d.actions} & (WRITES | {"unlock_tool"}))
                 assert d.actions[1] == Action(name="verify_identity", arguments=d.actions[1].arguments)
                 assert d.expect_no_change is False  # verify_identity writes
+
+
+def test_a_graph_without_the_constants_falls_back_to_the_documents_readings(domain):
+    """A graph that lacks the constants: every cell still instantiates and plays, the lookups are
+    recorded as missing, and no made-up constant id is called decisive."""
+    ctx = ctx_of(domain, EntityGraph())
+    for name, outcome, mode in CELLS:
+        plan = plan_of(name, outcome, mode, 5)
+        task = asyncio.run(synthesize(plan, ctx))
+        tau_env.check_task(domain.with_tasks([task]), task, play=True)
+        assert Provenance.of(task).decisive == []
+    assert any("fee_schedule_2025" in k for k in ctx.missing)
+
+
+def test_routed_constants_are_decisive_in_their_cells(domain, graph):
+    """Every graph constant a template covers beyond its rule keys is decisive in the cell it names."""
+    ctx = ctx_of(domain, graph)
+    routed = [(t, c.id) for t in cards.TEMPLATES.values() for c in graph.constants if t._route(c.id)]
+    assert len({cid for _, cid in routed}) >= 12
+    for t, cid in routed:
+        assert t.covers(cid)
+        outcome, mode = t.cell_for_rule(cid)
+        seen = set()
+        for seed in range(3):
+            seen |= set(t.instantiate(plan_of(t.name, outcome, mode, seed, [cid]), ctx).decisive)
+        assert cid in seen, (t.name, cid)
