@@ -31,6 +31,8 @@ from tau_env.error import Error, InvalidOptionError
 
 #: Regenerations of one candidate's rejected component before it is dropped.
 REGENERATION_BUDGET = 2
+#: Accepted tasks each write tool should reach (fewer when ``n`` is too small for every tool to get it).
+MIN_PER_TOOL = 20
 #: Candidates synthesized concurrently (LLM calls overlap; the template backend is CPU-bound).
 CONCURRENCY = 16
 
@@ -293,7 +295,7 @@ def run_tasks(
     or is rolled back. A run that is stopped goes on from its files: accepted tasks, verdicts and
     the current reflection version are on disk.
     """
-    from tau_env.synthesis.planner import Planner
+    from tau_env.synthesis.planner import Planner, coverage_wants
     from tau_env.synthesis.reflect import Reflector
 
     _positive("n", n)
@@ -319,7 +321,17 @@ def run_tasks(
             plans = [Plan.from_dict(p) for p in run.read("plans.jsonl") if p.get("round") == r]
             if not plans:
                 planner = Planner(stage.templates, weights=version.weights or None, seed=seed)
-                plans = planner.plan(min(batch, 2 * (n - accepted) + 10), round=r)
+                # coverage first: write tools short of their share, rule constants not yet decisive
+                tools = planner.write_tools()
+                want_tools, want_rules = coverage_wants(
+                    _tasks(run, "tasks.jsonl"),
+                    write_tools=tools,
+                    rule_ids=run.read_json("graphs/rule_constants.json", []),
+                    min_per_tool=min(MIN_PER_TOOL, max(1, n // (2 * max(1, len(tools))))),
+                )
+                plans = planner.plan(
+                    min(batch, 2 * (n - accepted) + 10), round=r, want_rules=want_rules, want_tools=want_tools
+                )
                 run.append("plans.jsonl", [{**p.to_dict(), "round": r} for p in plans])
             ids = {p.id for p in plans}
             verdicts = [v for v in run.read("verdicts.jsonl") if v["id"] in ids]
