@@ -55,9 +55,10 @@ _ID_KEY = re.compile(r"(^|_)(id|ids)$|_id_|^id_", re.I)
 _PERSONAL_KEY = re.compile(
     r"(^|_)(name|full_name|address|email|phone|phone_number|date_of_birth|dob|last4|phone_last4|time_verified)$", re.I
 )
-_NAME_KEY = re.compile(r"(^|_|\s)(full_name|name|customer_name|user_name|full name)$", re.I)
+_NAME_KEY = re.compile(r"^(full_name|name|customer_name|user_name|full name)$", re.I)
 _ID_VALUE = re.compile(r"^(?=.*\d)(?=.*[A-Za-z_-])[A-Za-z0-9][A-Za-z0-9_.:/-]{3,}$")
 _WORD = re.compile(r"[a-z0-9]+")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
 
 
 def _tool_key(key: str) -> bool:
@@ -104,26 +105,36 @@ def abstract_chain(task: Task) -> str:
     return _digest([[a.requestor, a.name, _abstract(a.arguments)] for a in task.actions])
 
 
-def _walk_ids(value: Any, key: str, out: set[str], names: set[str]) -> None:
+_PERSON_KEYS = frozenset({"date_of_birth", "dob", "email", "phone", "phone_number", "address"})
+
+
+def _walk_ids(value: Any, key: str, out: set[str], names: set[str], person: bool = False) -> None:
+    """Ids into ``out``; people's names (a ``full_name``-like key, or ``name`` in a record that also
+    holds a birth date, e-mail, phone or address: not a merchant's) into ``names``.
+    """
     value = _parsed(value)
     if isinstance(value, dict):
+        here = bool(_PERSON_KEYS & {str(k).lower() for k in value})
         for k, v in value.items():
-            _walk_ids(v, str(k), out, names)
+            _walk_ids(v, str(k), out, names, here)
     elif isinstance(value, list):
         for v in value:
-            _walk_ids(v, key, out, names)
+            _walk_ids(v, key, out, names, person)
     elif isinstance(value, str) and not _tool_key(key):
-        if _NAME_KEY.search(key) and " " in value.strip():
+        if _NAME_KEY.search(key) and " " in value.strip() and (person or key.lower() != "name"):
             names.add("name:" + " ".join(value.lower().split()))
-        elif (_ID_KEY.search(key) and len(value) >= 4) or _ID_VALUE.match(value):
+        elif (_ID_KEY.search(key) and len(value) >= 4) or _ID_VALUE.match(value) or _EMAIL.match(value):
             out.add(value)
 
 
 def identifiers(task: Task) -> set[str]:
-    """Record ids, customer ids and customer names a task names (initial state, actions, facts)."""
+    """Record ids, customer ids and customer names a task names (initial state and tau3's
+    ``metadata["agent_data"]``, actions, facts).
+    """
     ids: set[str] = set()
     names: set[str] = set()
     _walk_ids(task.initial_state, "", ids, names)
+    _walk_ids(task.metadata.get("agent_data") or {}, "", ids, names)  # tau3's state patch
     _walk_ids([a.arguments for a in task.actions], "", ids, names)
     _walk_ids({k.replace(" ", "_"): v for k, v in task.scenario.facts.items()}, "", ids, names)
     return ids | names

@@ -221,3 +221,22 @@ def test_minilm_embedder_finds_a_paraphrase(tau3):
 
 def test_detector_names_are_stable():
     assert DETECTORS == ("chain", "chain_abstract", "ids", "state_change", "ngram", "embedding")
+
+
+def test_identifiers_people_and_records_not_merchants():
+    task = Task.model_validate(
+        {
+            "id": "t",
+            "scenario": {"requests": ["hi"], "facts": {"full name": "Ann Other", "user id": "u_123456"}},
+            "actions": [{"name": "x", "arguments": {"merchant_name": "Best Buy", "tool_name": "secret_tool_1234"}}],
+            "metadata": {
+                "agent_data": {
+                    "users": {"ab12cd34ef": {"name": "Kim Lee", "email": "k@example.com"}},
+                    "txns": {"t1": {"name": "Whole Foods Market", "amount": 3}},
+                }
+            },
+        }
+    )
+    ids = identifiers(task)
+    assert {"name:ann other", "name:kim lee", "u_123456", "k@example.com"} <= ids
+    assert not {"name:best buy", "name:whole foods market", "secret_tool_1234"} & ids
