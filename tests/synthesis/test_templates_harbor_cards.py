@@ -12,6 +12,7 @@ from tau_env.synthesis.records import FAILURE_MODES, OUTCOMES, Plan, Provenance,
 from tau_env.synthesis.synthesizer import synthesize
 from tau_env.synthesis.templates import IdAllocator, SynthContext, templates_for
 from tau_env.synthesis.templates import harbor_bank_cards as cards
+from tau_env.synthesis.templates import harbor_bank_cards_base as base
 from tau_env.synthesis.verify import verify
 from tau_env.synthesis.wording import problems_of
 
@@ -114,7 +115,7 @@ def test_rule_keys_are_entity_graph_constants_and_steer_the_chain(domain, graph)
         for i, key in enumerate(cards.TEMPLATES[name].rule_keys):
             draft = cards.TEMPLATES[name].instantiate(plan_of(name, *cell, i, [key]), ctx)
             assert key in draft.decisive, (name, key)
-    for key in cards.CREDIT_KEYS:
+    for key in base.CREDIT_KEYS:
         seen = set()
         for seed in range(6):
             seen |= set(
@@ -132,14 +133,14 @@ def test_the_fee_and_the_credit_follow_the_documents(domain, graph):
                 ("lost", "expedited", "preferred"): 1000, ("stolen", "expedited", "private"): 0,
                 ("damaged", "standard", "standard"): 500}  # fmt: skip
     for (reason, shipping, tier), fee in expected.items():
-        assert cards.card_fee(ctx, reason, tier).value + cards.ship_fee(ctx, shipping, tier).value == fee
-    standard = cards.credit_rule(ctx, "standard")
-    assert cards.credit_for(standard, 10_000)[0] == 10_000
-    assert cards.credit_for(standard, 10_001)[0] == 0
-    assert cards.credit_for(cards.credit_rule(ctx, "preferred"), 73_000)[0] == 73_000
-    assert cards.limit_max(ctx, "preferred").value == 500_000
-    assert [w.value for w in cards.dispute_windows(ctx)] == [60, 60, 60] and cards.travel_max(ctx).value == 90
-    assert cards.handoff_reason(ctx, "legal_or_estate")[0] == "legal_or_estate"
+        assert base.card_fee(ctx, reason, tier).value + base.ship_fee(ctx, shipping, tier).value == fee
+    standard = base.credit_rule(ctx, "standard")
+    assert base.credit_for(standard, 10_000)[0] == 10_000
+    assert base.credit_for(standard, 10_001)[0] == 0
+    assert base.credit_for(base.credit_rule(ctx, "preferred"), 73_000)[0] == 73_000
+    assert base.limit_max(ctx, "preferred").value == 500_000
+    assert [w.value for w in base.dispute_windows(ctx)] == [60, 60, 60] and base.travel_max(ctx).value == 90
+    assert base.handoff_reason(ctx, "legal_or_estate")[0] == "legal_or_estate"
 
 
 def _changed(graph: EntityGraph, cid: str, value) -> EntityGraph:
@@ -225,7 +226,7 @@ def test_amounts_merchants_and_tiers_vary_across_seeds(domain, graph):
         credits.add(d.actions[-1].arguments["provisional_credit_cents"])
         merchants.add(next(r["description"] for r in d.initial_state["transactions"]
                            if r["txn_id"] == d.actions[-1].arguments["txn_id"]))  # fmt: skip
-    assert len(fees) >= 3 and tiers == set(cards.TIERS) and len(credits) >= 10 and len(merchants) >= 8
+    assert len(fees) >= 3 and tiers == set(base.TIERS) and len(credits) >= 10 and len(merchants) >= 8
 
 
 def test_duplicate_dispute_targets_the_later_or_higher_id_charge(domain, graph):
@@ -274,7 +275,7 @@ def test_a_graph_without_the_constants_falls_back_to_the_documents_readings(doma
 def test_routed_constants_are_decisive_in_their_cells(domain, graph):
     """Every graph constant a template covers beyond its rule keys is decisive in the cell it names."""
     ctx = ctx_of(domain, graph)
-    routed = [(t, c.id) for t in cards.TEMPLATES.values() for c in graph.constants if t._route(c.id)]
+    routed = [(t, c.id) for t in cards.TEMPLATES.values() for c in graph.constants if t.cell_for_rule(c.id)]
     assert len({cid for _, cid in routed}) >= 12
     for t, cid in routed:
         assert t.covers(cid)
