@@ -94,7 +94,7 @@ def _pattern(mapping: dict[str, str]) -> re.Pattern[str] | None:
     if not mapping:
         return None
     alts = "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True))
-    return re.compile(rf"(?<![A-Za-z0-9])(?:{alts})(?![A-Za-z0-9])")
+    return re.compile(rf"(?<![A-Za-z0-9$])(?:{alts})(?![A-Za-z0-9]|[.,]\d)")
 
 
 def _texts_of(args: dict[str, Any]) -> set[str]:
@@ -650,7 +650,11 @@ def looked_up_values(p: _Parts) -> set[str]:
         for arg, value in a.arguments.items():
             kind = (d.get(arg) or {}).get("kind") if isinstance(d, dict) else None
             if kind is not None and kind not in _USER_KINDS:
-                out |= {t for t in _texts(value) if t not in said}
+                forms = _texts(value)
+                if arg.endswith("_cents") and isinstance(value, int) and not isinstance(value, bool) and value:
+                    forms += [f"${value / 100:,.2f}", f"${value / 100:.2f}"]
+                    forms += [f"${value // 100:,}", f"${value // 100}"] if value % 100 == 0 else []
+                out |= {t for t in forms if t not in said}
     return out
 
 

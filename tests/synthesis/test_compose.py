@@ -352,3 +352,31 @@ def test_property_pools_are_not_vacuous():
     assert conflicting >= 20
     comps = compose(pool, graph, 10, seed=5)
     assert len(comps) >= 5
+
+
+def test_llm_wording_that_states_a_computed_fee_is_rejected(harbor):
+    from tau_env.synthesis.planner import Planner
+    from tau_env.synthesis.synthesizer import synthesize, templates_of
+    from tau_env.synthesis.templates import SynthContext
+    from tau_env.synthesis.templates import harbor_bank as hb
+
+    ctx = SynthContext(harbor, templates=dict(hb.TEMPLATES))
+    singles = [asyncio.run(synthesize(p, ctx)) for p in Planner(templates_of(ctx), seed=6).plan(80)]
+    graph = harbor_graph(harbor)
+    base = compose(singles, graph, 30, seed=6, sizes=(2, 2), domain=harbor)
+    fee = None
+    for c in base:
+        prov = Provenance.of(c)
+        for a, d in zip(c.actions, prov.derivations, strict=True):
+            for arg, v in a.arguments.items():
+                if arg.endswith("_cents") and v and d[arg]["kind"] in ("constant", "rule") and not fee:
+                    fee, target = f"${v / 100:,.2f}", c
+    assert fee, "no composite with a computed fee"
+    reply = {"persona": "Calm.", "requests": [f"It should cost {fee}.", "Next."], "instructions": ""}
+    llm = ScriptedLLM([reply])
+    out = asyncio.run(acompose(singles, graph, 30, seed=6, sizes=(2, 2), domain=harbor, llm=llm))
+    got = next(t for t in out if t.id == target.id)
+    assert Provenance.of(got).versions["backend"] == "template-fallback"
+    assert got.scenario.requests == target.scenario.requests
+    corrections = [m[-1]["content"] for _, m in llm.calls if m[-1]["content"].startswith("Fix these")]
+    assert any("must look up" in c and fee in c for c in corrections)
