@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import SynthesisError
-from .records import Plan
+from .records import Plan, called_tools
 
 TEMPERAMENTS = ("polite", "impatient", "anxious", "confident", "chatty")
 VERBOSITY = ("brief", "terse", "detailed")
@@ -256,7 +256,7 @@ def coverage_wants(
     calls: Counter[str] = Counter()
     decisive: set[str] = set()
     for task in tasks:
-        calls.update({a.name for a in task.actions})
+        calls.update(set(called_tools(task)))
         meta = (getattr(task, "metadata", None) or {}).get("synthesis") or {}
         decisive.update(str(c) for c in meta.get("decisive") or [])
     want_tools = {t: math.ceil((min_per_tool - calls[t]) * slack) for t in write_tools if calls[t] < min_per_tool}

@@ -19,6 +19,8 @@ Derivations say where each reference argument comes from, so the verifier can tr
 - ``{"kind": "literal", "why": TEXT}``: a value of the tool's legal domain (an enum member, a
   tool name found in a document) chosen by the plan; the verifier checks it is legal.
 - ``{"kind": "enum"}``: shorthand for a literal that must be a member of the argument's enum.
+- ``{"kind": "json", "fields": {FIELD: DERIVATION}}``: a JSON-text argument (e.g. the arguments a
+  dispatcher tool passes on), each field with its own derivation.
 """
 
 from __future__ import annotations
@@ -147,6 +149,23 @@ def chain_signature(task: Task) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def called_tool(name: str, arguments: Any) -> str:
+    """The tool an action really calls: the action's own name, or, for a dispatcher that calls a
+    discoverable tool by name (tau3-banking's ``call_discoverable_agent_tool(agent_tool_name=X, ...)``),
+    the tool it names. Meta tools that unlock or hand over a tool by name do not call it.
+    """
+    if name.startswith("call_") and isinstance(arguments, dict):
+        for key, value in arguments.items():
+            if (key == "tool_name" or key.endswith("_tool_name")) and isinstance(value, str) and value:
+                return value
+    return name
+
+
+def called_tools(task: Any) -> list[str]:
+    """Every tool a task's reference chain calls (dispatchers resolved, see :func:`called_tool`), in order."""
+    return [called_tool(a.name, a.arguments) for a in task.actions]
+
+
 def write_tools(task: Task, write_names: set[str]) -> list[str]:
-    """The write tools a task's reference chain calls, in order, each once."""
-    return list(dict.fromkeys(a.name for a in task.actions if a.name in write_names))
+    """The write tools a task's reference chain calls, in order, each once (dispatchers resolved)."""
+    return list(dict.fromkeys(n for n in called_tools(task) if n in write_names))

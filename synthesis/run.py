@@ -588,7 +588,7 @@ class _TaskView:
 
 def task_row(rec: Any, kind: str, write_names: set[str] | None, *, accepted: bool) -> dict[str, Any] | None:
     """The ``tasks`` index row of a task record (a task as JSON), or None when it is not one."""
-    from tau_env.synthesis.records import chain_signature
+    from tau_env.synthesis.records import called_tool, chain_signature
 
     if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or not isinstance(rec.get("actions", []), list):
         return None
@@ -597,7 +597,7 @@ def task_row(rec: Any, kind: str, write_names: set[str] | None, *, accepted: boo
     prov = (rec.get("metadata") or {}).get("synthesis") or {}
     prov = prov if isinstance(prov, dict) else {}
     plan = prov.get("plan") if isinstance(prov.get("plan"), dict) else {}
-    names = [a.name for a in view.actions if isinstance(a.name, str)]
+    names = [called_tool(a.name, a.arguments) for a in view.actions if isinstance(a.name, str)]
     writes = [n for n in dict.fromkeys(names) if write_names is None or n in write_names]
     return {
         "id": rec["id"],

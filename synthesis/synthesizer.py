@@ -81,7 +81,7 @@ def build_task(
         required_documents=draft.required_documents,
         tags=list(dict.fromkeys(tags)),
         clock=draft.clock,
-        metadata={"synthesis": prov.to_dict()},
+        metadata={**draft.metadata, "synthesis": prov.to_dict()},
     )
 
 
@@ -93,6 +93,8 @@ def _walk(ds: dict[str, Any]):
         if isinstance(d, dict):
             yield d
             stack.extend(v for k, v in d.items() if k in ("value", "inputs") and isinstance(v, dict | list))
+            if isinstance(d.get("fields"), dict):  # a "json" derivation: one derivation per field
+                stack.extend(d["fields"].values())
         elif isinstance(d, list):
             stack.extend(d)
 

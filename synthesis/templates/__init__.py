@@ -73,6 +73,8 @@ class Draft:
         lookups: Values the agent must look up (fees, ids): the wording must never state them.
         tags: Extra task tags.
         description: For authors: what the task tests.
+        metadata: Task metadata the domain needs to play the task (e.g. tau3-banking's
+            ``agent_data``, its initial state, and ``user_tools``); copied into ``Task.metadata``.
     """
 
     initial_state: dict[str, list[dict[str, Any]]]
@@ -91,6 +93,7 @@ class Draft:
     lookups: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     description: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class Template(Protocol):

@@ -33,6 +33,7 @@ from typing import Any
 from tau_env import Action, Scenario, Task
 from tau_env.error import Error
 
+from ..errors import SynthesisError
 from ..records import Plan
 from . import BaseTemplate, Draft, IdAllocator, SynthContext
 from .generic_db import DBView, Identity, clone_customer, identity_kind, short_hash, words
@@ -620,7 +621,7 @@ class GenericTemplate(BaseTemplate):
     def instantiate(self, plan: Plan, ctx: SynthContext) -> Draft:
         view = self.an.view
         if view.customer_table is None:
-            raise ValueError(f"{self.tool}: the domain has no customer table the generic templates can clone.")
+            raise SynthesisError(f"{self.tool}: the domain has no customer table the generic templates can clone.")
         rng = random.Random(int(short_hash(plan.id, plan.seed, self.tool, n=12), 16))
         tag = ctx.ids.token(plan.id) if isinstance(ctx.ids, IdAllocator) else plan.id
         need = self._anchor_tables()
@@ -650,7 +651,7 @@ class GenericTemplate(BaseTemplate):
                 self._good_donors.append(donor)
             return self._draft(plan, rows, cid, crow, opening, oders, facts, cands, ident)
         self.failures["no working arguments"] += 1
-        raise ValueError(f"{self.tool}: no trial replayed without an error for plan {plan.id}.")
+        raise SynthesisError(f"{self.tool}: no trial replayed without an error for plan {plan.id}.")
 
     def _draft(self, plan, rows, cid, crow, opening, oders, facts, cands, ident) -> Draft:
         look, lders = self._lookups(rows, cid, opening, cands)
@@ -692,7 +693,7 @@ class GenericTemplate(BaseTemplate):
         outs, changed = self.an.run(rows, actions, self._meta(actions))
         if any(e for _, e in outs) or not changed[-1]:
             self.failures["final chain fails"] += 1
-            raise ValueError(f"{self.tool}: the final chain does not replay cleanly for plan {plan.id}.")
+            raise SynthesisError(f"{self.tool}: the final chain does not replay cleanly for plan {plan.id}.")
         init, meta = self.an.view.patch(rows)
         meta.update(self._meta(actions))
         draft = Draft(

@@ -17,6 +17,7 @@ from typing import Any
 
 from tau_env import Scenario, Task
 
+from ..errors import SynthesisError
 from ..records import Plan, chain_signature
 from . import Draft, IdAllocator, SynthContext
 from .generic import fact_key, templates
@@ -75,7 +76,7 @@ def synthesize(
         plan = Plan(id=f"g{seed}-{i}", template=tpl.name, intent=tpl.intent, tools=list(tpl.tools), seed=seed)
         try:
             draft = tpl.instantiate(plan, ctx)
-        except ValueError:
+        except SynthesisError:
             fails[f"{tpl.tool}: no draft"] += 1
             continue
         task = draft_task(domain, draft, plan)
