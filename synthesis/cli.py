@@ -22,7 +22,13 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from tau_env.cli import _float, _int, _name, _out, _Parser, _path, _usable  # noqa: F401  (the CLI's own helpers)
+from tau_env.cli import Parser as _Parser  # noqa: F401  (the core CLI's parser and argument types)
+from tau_env.cli import echo as _out
+from tau_env.cli import float_type as _float
+from tau_env.cli import int_type as _int
+from tau_env.cli import name_type as _name
+from tau_env.cli import path_type as _path
+from tau_env.cli import usable_path as _usable
 from tau_env.error import InvalidOptionError
 
 RUN_FILE = "run.json"

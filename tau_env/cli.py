@@ -579,5 +579,16 @@ def _run(args: argparse.Namespace) -> int:
         return 130
 
 
+# The pieces the subcommands of the consumer packages (``tau-env synth ...``) build on, so their
+# flags fail the same way as the core's: one ``tau-env: ...`` line and exit status 2.
+Parser = _Parser
+int_type = _int
+float_type = _float
+path_type = _path
+name_type = _name
+usable_path = _usable
+echo = _out
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
