@@ -213,7 +213,9 @@ def _static_problems(task: Task, domain: Domain, prov: Provenance, entity_graph:
     if task.required_documents and not query.strip():
         problems.append(problem("document_not_found", "the provenance has no intent_query to search with."))
     elif task.required_documents:
-        queries = [query, *_follow_up_queries(task, domain, prov, entity_graph)]
+        # a composite task searches with each joined request's intent query too
+        own = [q for q in prov.plan.get("intent_queries") or [] if isinstance(q, str) and q.strip()]
+        queries = [query, *own, *_follow_up_queries(task, domain, prov, entity_graph)]
         found: set[str] = set()
         for q in queries:
             found.update(h.doc_id for h in domain.kb.search(q, k=SEARCH_DEPTH, method="bm25"))

@@ -201,6 +201,13 @@ def test_document_not_found_by_the_intent_query(bank, good_task):
     assert "mortgage_products_overview" in problems[0].message
 
 
+def test_a_composite_finds_each_joined_requests_documents_with_its_own_intent_query(bank, good_task):
+    # the mortgage overview is found by no query of the chain, only by the joined request's own query
+    t = broken(good_task, lambda t: t["required_documents"].append("mortgage_products_overview"))
+    t["metadata"]["synthesis"]["plan"]["intent_queries"] = ["mortgage products overview fixed rate"]
+    assert run(t, bank) == []
+
+
 def test_document_found_by_a_follow_up_search(bank, good_task):
     # the intent query finds the tiers overview only; the search for the tool the chain unlocks finds
     # the procedure, the searches for the decisive fee constant and for the request find the fee schedule
