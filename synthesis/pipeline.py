@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -33,6 +34,10 @@ from tau_env.error import Error, InvalidOptionError
 REGENERATION_BUDGET = 2
 #: Accepted tasks each write tool should reach (fewer when ``n`` is too small for every tool to get it).
 MIN_PER_TOOL = 20
+#: Rounds in a row that accept nothing before ``run_tasks`` stops short of ``n``.
+STALL_ROUNDS = 3
+#: Failed plans (none passing) after which coverage stops asking for a template's write tools.
+HOPELESS_TRIES = 10
 #: Candidates synthesized concurrently (LLM calls overlap; the template backend is CPU-bound).
 CONCURRENCY = 16
 
@@ -308,13 +313,23 @@ def run_tasks(
         eg, tg = _graphs(run, domain, llm)
         stage = _Stage(run, domain, eg, tg, llm, review)
         reflector = Reflector(run.path / "reflection")
-        seen = {chain_signature(t) for t in _tasks(run, "tasks.jsonl")}
-        accepted = len(seen)
+        accepted = len(_tasks(run, "tasks.jsonl"))
+        seen = {chain_signature(t) for t in [*_tasks(run, "tasks.jsonl"), *_tasks(run, "contaminated.jsonl")]}
+        guard = _Guard.of(run, domain)
         done_rounds = [s for s in run.stages() if s.get("stage") == "tasks"]
         r = len(done_rounds)
         previous = done_rounds[-1] if done_rounds else None
         started = time.perf_counter()
+        stalled, stop = 0, None
+        hopeless = _hopeless(run.read("verdicts.jsonl"), stage.templates)
         while accepted < n and (max_rounds is None or r < max_rounds):
+            if stalled >= STALL_ROUNDS:
+                stop = (
+                    f"stopped short of n={n}: {STALL_ROUNDS} rounds in a row accepted nothing new "
+                    "(verdicts.jsonl says why each plan was rejected)"
+                )
+                warnings.warn(f"{run.path}: {stop}.", stacklevel=2)
+                break
             version = reflector.current()
             prompts = version.prompts or {}
             # a round cut short keeps its plans (plans.jsonl) and its finished verdicts (verdicts.jsonl)
@@ -322,7 +337,7 @@ def run_tasks(
             if not plans:
                 planner = Planner(stage.templates, weights=version.weights or None, seed=seed)
                 # coverage first: write tools short of their share, rule constants not yet decisive
-                tools = planner.write_tools()
+                tools = [t for t in planner.write_tools() if t not in hopeless]
                 want_tools, want_rules = coverage_wants(
                     _tasks(run, "tasks.jsonl"),
                     write_tools=tools,
@@ -358,10 +373,17 @@ def run_tasks(
                                 seen.add(sig)
                                 fresh.append(task)
                                 accepted += 1
+                    if guard is not None and fresh:  # a decontaminated run stays clean when topped up
+                        dirty = guard.check(fresh, chunk)
+                        accepted -= len(dirty)
+                        fresh = [t for t in fresh if t.id not in dirty]
                     run.append("verdicts.jsonl", chunk)
                     run.append("tasks.jsonl", [t.model_dump(mode="json", exclude_defaults=True) for t in fresh])
                     verdicts += chunk
             stats = _batch_stats(verdicts)
+            new_here = sum(v["accepted"] for v in verdicts)
+            stalled = 0 if new_here else stalled + 1
+            hopeless = _hopeless(run.read("verdicts.jsonl"), stage.templates)
             summary = {
                 "round": r,
                 "planned": len(plans),
@@ -390,10 +412,72 @@ def run_tasks(
         return {
             "run": str(run.path),
             "accepted": accepted,
+            **({"stopped": stop} if stop else {}),
             "rounds": r,
             "seconds": round(time.perf_counter() - started, 1),
             "tasks file": str(run.path / "tasks.jsonl"),
         }
+
+
+def _hopeless(verdicts: list[dict[str, Any]], templates: dict[str, Any]) -> set[str]:
+    """Write tools whose every template has failed ``HOPELESS_TRIES`` plans or more and passed none:
+    coverage stops asking for them (plain sampling may still try them).
+    """
+    tried: Counter = Counter()
+    passed: Counter = Counter()
+    for v in verdicts:
+        tried[v["template"]] += 1
+        passed[v["template"]] += int(v["accepted"])
+    by_tool: dict[str, list[str]] = {}
+    for name, tpl in templates.items():
+        for tool in getattr(tpl, "tools", ()):
+            by_tool.setdefault(tool, []).append(name)
+    return {tool for tool, names in by_tool.items() if all(tried[n] >= HOPELESS_TRIES and not passed[n] for n in names)}
+
+
+class _Guard:
+    """The evaluation set a decontaminated run was checked against, to check new tasks on arrival."""
+
+    def __init__(self, domain: Any, evaluation: Any):
+        self.domain, self.evaluation = domain, evaluation
+
+    @classmethod
+    def of(cls, run: Any, domain: Any) -> _Guard | None:
+        from tau_env.registry import registry
+
+        record = run.read_json("decontamination.json", None)
+        if not record or not record.get("against"):
+            return None
+        if record.get("data_dir"):
+            kwargs = {"data_dir": record["data_dir"]}
+        elif record["against"] == run.settings.get("domain"):  # the run's own domain: its own data folder
+            kwargs = dict(run.settings.get("loader") or {})
+        else:
+            kwargs = {}
+        try:
+            return cls(domain, registry.load_domain(record["against"], **kwargs))
+        except Error as e:
+            raise SynthesisError(
+                f"{run.path}: this run was decontaminated against {record['against']}, which cannot be loaded "
+                f"now ({e}); new tasks could not be checked against it."
+            ) from e
+
+    def check(self, tasks: list[Task], verdicts: list[dict[str, Any]]) -> set[str]:
+        """The ids of ``tasks`` that resemble the evaluation set; their verdicts become rejections."""
+        from tau_env.synthesis.decontam import decontaminate
+
+        report = decontaminate(tasks, list(self.evaluation.tasks), domain=self.domain, against_domain=self.evaluation)
+        why = {r["id"]: r["reasons"] for r in report.removed}
+        for v in verdicts:
+            task_id = (v.get("task") or {}).get("id")
+            if task_id in why:
+                v["accepted"] = False
+                v["problems"] = [
+                    Problem(
+                        "contamination", "plan", f"resembles {self.evaluation.name}'s tasks: {why[task_id]}"
+                    ).to_dict()
+                ]
+        return set(why)
 
 
 def _reflect(
@@ -585,6 +669,8 @@ def run_decontaminate(
     """Remove the run's tasks that resemble ``against``'s (an env id) and say why, in ``decontamination.json``.
 
     The removed tasks move out of ``tasks.jsonl`` / ``composite.jsonl`` into ``contaminated.jsonl``.
+    Once a run is decontaminated, ``run_tasks`` on it checks every new task against the same
+    evaluation set before accepting it, so topping a run up to ``n`` again stays clean.
     """
     from tau_env.synthesis.decontam import decontaminate
 
@@ -593,7 +679,12 @@ def run_decontaminate(
     run = _open(run_dir, None, None, None, 0, True)
     with run:
         domain = run.domain()
-        kwargs = {"data_dir": str(data_dir)} if data_dir is not None else {}
+        if data_dir is not None:
+            kwargs = {"data_dir": str(data_dir)}
+        elif against == run.settings.get("domain"):  # the run's own domain: its own data folder
+            kwargs = dict(run.settings.get("loader") or {})
+        else:
+            kwargs = {}
         try:
             evaluation = registry.load_domain(against, **kwargs)
         except Error as e:
@@ -619,8 +710,13 @@ def run_decontaminate(
                     [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id in gone],
                 )
                 run.rewrite(name, [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id not in gone])
+        before = run.read_json("decontamination.json", {}) or {}
+        if before.get("against") == against:  # a later pass adds to the earlier one's record
+            removed_all = [*before.get("removed", []), *removed_all]
+            by_detector.update(before.get("by_detector", {}))
         result = {
             "against": against,
+            "data_dir": kwargs.get("data_dir"),
             "checked": checked,
             "kept": kept_n,
             "removed": removed_all,
