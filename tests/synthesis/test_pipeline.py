@@ -16,6 +16,7 @@ from tau_env.synthesis.errors import SynthesisError
 from tau_env.synthesis.records import Provenance, chain_signature
 
 import tau_env
+from tests.conftest import TAU3_DATA, needs_tau3_data
 
 ENV = "harbor-bank-v0"
 CLI = [sys.executable, "-m", "tau_env.cli"]
@@ -194,3 +195,60 @@ def test_every_model_role_runs_through_a_scripted_server_cached_and_counted(tmp_
         llm2.close()
         assert len(server.requests) == first
         assert (again / "tasks.jsonl").read_text() == (out / "tasks.jsonl").read_text()
+
+
+# ---------------------------------------------------------------- datasets, decontamination, stopping
+
+
+def test_sft_and_rl_stages_write_their_datasets(tmp_path):
+    out = tmp_path / "run"
+    pipeline.run_tasks(out, ENV, n=20, batch=30)
+    assert pipeline.run_compose(out, n=2)["composite tasks"] == 2
+    sft = pipeline.run_sft(out, agent=tau_env.OracleAgent)
+    examples = lines(out / "sft" / "sft.jsonl")
+    assert len(examples) == 20 and {e["task_id"] for e in examples} == {t["id"] for t in lines(out / "tasks.jsonl")}
+    assert all(any(m["role"] == "assistant" and m.get("tool_calls") for m in e["messages"]) for e in examples)
+    assert sft["run"] == str(out)
+    rl = pipeline.run_rl(out, policy=tau_env.OracleAgent, rollouts=2)  # always solved: too easy for the band
+    assert rl["run"] == str(out)
+    stats = lines(out / "rl" / "stats.jsonl")
+    assert len(stats) == 2 and not (out / "rl" / "tasks.jsonl").read_text().strip()
+    with pytest.raises(tau_env.error.InvalidOptionError, match="band"):
+        pipeline.run_rl(out, policy=tau_env.OracleAgent, band=(0.9, 0.1))
+    assert [s["stage"] for s in lines(out / "stages.jsonl")][-2:] == ["sft", "rl"]
+
+
+def test_a_run_that_accepts_nothing_stops_with_a_warning(tmp_path, monkeypatch):
+    from tau_env.synthesis import synthesizer
+
+    async def refuse(plan, ctx, llm=None, prompts=None, **kw):
+        raise SynthesisError("no eligible record")
+
+    monkeypatch.setattr(synthesizer, "synthesize", refuse)
+    with pytest.warns(UserWarning, match="accepted nothing new"):
+        result = pipeline.run_tasks(tmp_path / "run", ENV, n=5, batch=4)
+    assert result["accepted"] == 0 and "stopped" in result
+    assert result["rounds"] == pipeline.STALL_ROUNDS
+    assert {p["check"] for v in lines(tmp_path / "run" / "verdicts.jsonl") for p in v["problems"]} == {"template"}
+
+
+@needs_tau3_data
+def test_decontamination_removes_a_planted_benchmark_task_and_a_top_up_stays_clean(tmp_path):
+    data = str(TAU3_DATA)
+    out = tmp_path / "tau3"
+    pipeline.run_tasks(out, "tau3-banking", data_dir=data, n=12, batch=30)
+    benchmark = tau_env.registry.load_domain("tau3-banking", data_dir=data).tasks[3]
+    planted = benchmark.model_copy(update={"id": "planted"}).model_dump(mode="json", exclude_defaults=True)
+    with (out / "tasks.jsonl").open("a") as f:
+        f.write(json.dumps(planted) + "\n")
+    result = pipeline.run_decontaminate(out, against="tau3-banking")
+    record = json.loads((out / "decontamination.json").read_text())
+    removed = {r["id"]: {x["detector"] for x in r["reasons"]} for r in record["removed"]}
+    assert "chain" in removed["planted"]
+    assert "planted" not in {t["id"] for t in lines(out / "tasks.jsonl")}
+    assert "planted" in {t["id"] for t in lines(out / "contaminated.jsonl")}
+    assert result["kept"] == 13 - len(removed)
+    pipeline.run_tasks(out, "tau3-banking", data_dir=data, n=12, batch=30)  # top up to 12 again
+    assert len(lines(out / "tasks.jsonl")) == 12
+    again = pipeline.run_decontaminate(out, against="tau3-banking")
+    assert again["kept"] == 12  # what the top-up added was checked on arrival
