@@ -147,6 +147,41 @@ class Analysis:
         self.finder = ("", {})
 
 
+def _same_cell(rows: dict, c: Cand) -> bool:
+    """Whether a ``db`` candidate's value is its cell's value as stored (not reshaped)."""
+    cell = rows.get(c.where.get("table"), {}).get(c.where.get("rid"), {}).get(c.where.get("column"))
+    return cell == c.value or str(cell) == str(c.value)
+
+
+def finding_query(domain: Any, query: str, docs: list[str], depth: int = 10) -> str:
+    """``query`` with what each required document is about (its title, then its headings) added
+    until the domain's BM25 search finds every one of ``docs`` in its top ``depth`` (the verifier's
+    test), as far as the documents' own words can.
+    """
+    kb = getattr(domain, "kb", None)
+    if kb is None or not docs:
+        return query
+    by_id = {d.id: d for d in domain.documents}
+
+    def missing(q: str) -> list[str]:
+        hits = {h.doc_id for h in kb.search(q, k=depth, method="bm25")}
+        return [d for d in docs if d not in hits]
+
+    for doc in docs:
+        d = by_id.get(doc)
+        if d is None:
+            continue
+        about = [re.sub(r"^\s*(internal|faq|policy)\s*:\s*", "", d.title or "", flags=re.I)]
+        about += [h.strip() for h in re.findall(r"^#{1,3}\s+(.+)$", d.text or "", flags=re.M)][:4]
+        for words_ in about:
+            if doc not in missing(query):
+                break
+            clean = re.sub(r"[^A-Za-z0-9 ,()-]+", " ", words_).strip()
+            if clean and clean.lower() not in query.lower():
+                query = f"{query}; {clean}"
+    return query
+
+
 def _json_derivation(inner: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "json", "fields": inner}
 
@@ -165,7 +200,8 @@ class GenericTemplate(BaseTemplate):
         #: Words that say which records the tool is about (its name, description and parameter names).
         self.ctxw = words(tool) | words(self.desc) | {w for p in params_of(t) for w in words(p)} - {"id"}
         self.side = t.side
-        self.docs = [d.id for d in an.domain.documents if tool in (d.text or "")][:3]
+        #: The documents that name the tool (its procedures), in the domain's order.
+        self.docs = [d.id for d in an.domain.documents if tool in (d.text or "")]
         self.failures: Counter[str] = Counter()
         self._good_donors: list[str] = []
         self._mutations: dict[str, Any] = {}  # column -> value that made a trial pass before
@@ -531,6 +567,31 @@ class GenericTemplate(BaseTemplate):
                 return True
         return False
 
+    def _documents(self, rows: dict, cands: dict[str, Cand]) -> list[str]:
+        """The document that names the tool and fits the task best: the one that states most of the
+        values of the call and of the records it names (a savings account's level picks the savings
+        closure procedure over the checking one); the domain's first on a tie.
+        """
+        if len(self.docs) <= 1:
+            return self.docs[:1]
+        values: set[str] = set()
+        for c in cands.values():
+            if isinstance(c.value, str) and not (
+                c.where.get("table") and c.where.get("column") == self.an.view.id_column.get(c.where["table"])
+            ):
+                values.add(c.value)
+            rec = next((rs[c.value] for rs in rows.values() if isinstance(c.value, str) and c.value in rs), None)
+            for v in (rec or {}).values():
+                if isinstance(v, str) and v not in rows.get(self.an.view.customer_table or "", {}):
+                    values.add(v)
+        values = {v.strip().lower() for v in values if len(v.strip()) >= 4 and not re.search(r"\d{3}", v)}
+        texts = {d.id: (d.text or "").lower() for d in self.an.domain.documents if d.id in self.docs}
+
+        def score(doc: str) -> int:
+            return sum(1 for v in values if re.search(rf"(?<![a-z0-9]){re.escape(v)}", texts.get(doc, "")))
+
+        return [max(self.docs, key=lambda d: (score(d), -self.docs.index(d)))]
+
     def _meta(self, actions: list[Action]) -> dict[str, Any]:
         user = sorted({a.name for a in actions if a.requestor == "user"})
         return {"user_tools": user} if user else {}
@@ -673,6 +734,13 @@ class GenericTemplate(BaseTemplate):
                     )
                 elif c.where.get("column") != idc and identity_kind(c.where.get("column", "")):
                     inner[p] = {"kind": "fact", "key": fact_key(c.where["column"])}
+                elif c.where.get("column") != idc and not _same_cell(rows, c):
+                    # a reshaped cell (MM/YY of a stored MM/DD/YYYY, an amount's absolute value): the
+                    # customer reads it off their card or statement, so it is theirs to say
+                    key = fact_key(p)
+                    facts[key] = json.dumps(c.value) if isinstance(c.value, bool) else str(c.value)
+                    inner[p] = {"kind": "fact", "key": key}
+                    say[p] = c.value
                 else:
                     inner[p] = {"kind": "db", "table": c.where["table"], "key": {idc: c.where["rid"]},
                                 "column": c.where["column"]}  # fmt: skip
@@ -696,6 +764,7 @@ class GenericTemplate(BaseTemplate):
             raise SynthesisError(f"{self.tool}: the final chain does not replay cleanly for plan {plan.id}.")
         init, meta = self.an.view.patch(rows)
         meta.update(self._meta(actions))
+        docs = self._documents(rows, cands)
         draft = Draft(
             initial_state=init,
             actions=actions,
@@ -704,8 +773,8 @@ class GenericTemplate(BaseTemplate):
             asks=[{"intent": self.intent, "say": say, "claims": {}}],
             persona={"name": ident.name},
             expect_no_change=False,
-            required_documents=self.docs[:1],
-            intent_query=self.intent,
+            required_documents=docs,
+            intent_query=finding_query(self.an.domain, self.intent, docs),
             decisive=[],
             tags=["generic", self.tool],
             description=f"{self.tool} for a new customer ({plan.id}).",
