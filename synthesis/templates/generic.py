@@ -56,6 +56,15 @@ MAX_TRIALS = 30
 PROBE = "__probe__"
 _TOKEN = re.compile(r"^[A-Za-z][\w-]*$")
 MAX_DONORS = 4
+_SNAKE_FIELD = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+_NEGATED = re.compile(r"\b(not|no|never|without)\b", re.I)
+
+
+def _stem(w: str) -> str:
+    for suffix in ("ed", "s"):
+        if len(w) > 4 and w.endswith(suffix):
+            return w[: -len(suffix)]
+    return w
 
 
 def tool_error(output: str, flagged: bool) -> bool:
@@ -82,6 +91,7 @@ class Analysis:
     finder: tuple[str, dict[str, str]] | None = None  # (tool, {param: customer column})
     lookups: dict[str, tuple[str, str]] = field(default_factory=dict)  # table -> (read tool, param)
     _n: int = 0
+    _fields: list[str] | None = None
 
     @classmethod
     def of(cls, domain: Any) -> Analysis:
@@ -122,6 +132,18 @@ class Analysis:
             return outs, changed
         finally:
             db.close()
+
+    def field_names(self) -> list[str]:
+        """Record fields the documents and tool descriptions name (``snake_case`` words), domain-wide."""
+        if self._fields is None:
+            texts = [d.text or "" for d in self.domain.documents]
+            texts += [t.description or "" for t in self.mech.tools.values()]
+            found: dict[str, None] = {}
+            for text in texts:
+                for m in _SNAKE_FIELD.finditer(text):
+                    found.setdefault(m.group(0), None)
+            self._fields = list(found)
+        return self._fields
 
     def find_finder(self, rows: dict, cid: str) -> None:
         """The read tool that finds a customer by what they say (name, email), if the domain has one."""
@@ -204,20 +226,52 @@ class GenericTemplate(BaseTemplate):
         self.docs = [d.id for d in an.domain.documents if tool in (d.text or "")]
         self.failures: Counter[str] = Counter()
         self._good_donors: list[str] = []
+        self._links: dict[str, int] = {}  # donor -> how well its records join up (see _donor_links)
         self._mutations: dict[str, Any] = {}  # column -> value that made a trial pass before
         #: Set to a list to record each trial (anchor id, arguments, error) while debugging.
         self.trace: list | None = None
 
-    def _anchor_tables(self) -> list[str]:
-        """The tables the write's first record argument may name (a donor must own rows there)."""
+    def _anchor_tables(self) -> list[tuple[str, ...]]:
+        """For each record argument of the write, the tables it may name (a donor must own rows in one):
+        the best-named table, and a second one named as well (a transaction id: card or bank
+        transactions).
+        """
         view = self.an.view
         ctxw = self.ctxw
         out = []
         for p in self._params()[1]:
             tables = id_tables(view, p, ctxw)
             if tables and tables[0] != view.customer_table and p != view.customer_key:
-                out.append(tables[0])
+                top = table_score(view, p, tables[0], ctxw)
+                out.append(tuple(t for t in tables[:2] if table_score(view, p, t, ctxw) >= top - 0.5))
         return list(dict.fromkeys(out))
+
+    def _donor_links(self, donor: str) -> int:
+        """How well a donor's records join up for the write: the most links from a record the first
+        record argument may name to the records the other arguments name (see :meth:`_linked_ids`).
+        """
+        hit = self._links.get(donor)
+        if hit is not None:
+            return hit
+        view = self.an.view
+        ps, req = self._params()
+        rows = view.owned_rows(donor)
+        anchor_param = next(
+            (
+                p
+                for p in req
+                if id_tables(view, p, self.ctxw) and id_tables(view, p, self.ctxw)[0] != view.customer_table
+            ),
+            None,
+        )
+        best = 0
+        if anchor_param is not None:
+            links = self._linked_ids(rows, donor, [p for p in req if p != anchor_param])
+            for t in next((a for a in self._anchor_tables() if a), ()):
+                for row in rows.get(t, {}).values():
+                    best = max(best, sum(1 for v in row.values() if isinstance(v, str) and v in links))
+        self._links[donor] = best
+        return best
 
     # --- candidates --------------------------------------------------------------------------------
     def _params(self) -> tuple[dict[str, dict], list[str]]:
@@ -236,22 +290,27 @@ class GenericTemplate(BaseTemplate):
             if tables[0] == view.customer_table or p == view.customer_key:
                 return [Cand(cid, "db", {"table": view.customer_table, "rid": cid, "column": view.customer_key})]
             extra = (words(p) | words(desc)) - {"id"} - {w for t in tables[:1] for w in words(t)}
-            for t in tables[:3]:
+            ranked = []
+            ids = {rid for t, rs in rows.items() if t != view.customer_table for rid in rs}
+            for rank, t in enumerate(tables[:3]):
                 idc = view.id_column[t]
-                ranked = []
                 for rid, row in rows.get(t, {}).items():
-                    score = 0
+                    score = -1.5 * rank  # the best-named table first, unless the anchor names another's row
                     if anchor and (rid in anchor[2].values() or anchor[1] in row.values()):
                         score += 4
                     if anchor and rid == anchor[1]:
                         score += 6
+                    if anchor and any(
+                        isinstance(v, str) and v != cid and v in anchor[2].values() and v in ids for v in row.values()
+                    ):
+                        score += 2  # shares a record with the anchor (a card on the transaction's account)
                     if any(rid == c.value for c in chosen.values()):
                         score -= 20
                     vals = {w.rstrip("s") for v in row.values() if isinstance(v, str) for w in words(v)}
                     score += sum(1 for w in extra if w.rstrip("s") in vals)
-                    ranked.append((score, rng.random(), rid, row))
-                for _, _, rid, _row in sorted(ranked, key=lambda x: (-x[0], x[1])):
-                    out.append(Cand(rid, "db", {"table": t, "rid": rid, "column": idc}))
+                    ranked.append((score, rng.random(), rid, t, idc))
+            for _, _, rid, t, idc in sorted(ranked, key=lambda x: (-x[0], x[1])):
+                out.append(Cand(rid, "db", {"table": t, "rid": rid, "column": idc}))
             return out
         if spec.get("enum"):
             vals = list(spec["enum"])
@@ -268,6 +327,12 @@ class GenericTemplate(BaseTemplate):
             for col in column_matches(p, row, spec)[:2]:
                 for v in self._shaped(p, row[col], desc, spec):
                     out.append(Cand(v, "db", {"table": t, "rid": rid, "column": col}))
+        listed = {x.lower() for x in lits}
+        if len(listed) >= 2:  # the record's own value first when it is one of the listed ones
+            mine = [c for c in out if c.source == "db" and isinstance(c.value, str) and c.value.lower() in listed]
+            out = mine + [
+                c for c in out if c not in mine and str(c.value).lower() not in {m.value.lower() for m in mine}
+            ]
         kind = identity_kind(p)
         if kind and spec.get("type", "string") == "string":  # a new value (a changed email)
             like = crow.get(next((c for c in crow if identity_kind(c) == kind), ""), "")
@@ -415,9 +480,13 @@ class GenericTemplate(BaseTemplate):
                 some = [(t, rid, row) for rid, row in rows.get(t, {}).items()]
                 rng.shuffle(some)
                 anchors += some[:3]
+            links = self._linked_ids(rows, cid, [p for p in active if p != anchor_param])
+            anchors.sort(key=lambda a: -sum(1 for v in a[2].values() if isinstance(v, str) and v in links))
+            if self.trace is not None:
+                self.trace.append(("anchors", [(a[0], a[1]) for a in anchors], sorted(links)))
         for (t, col), v in self._mutations.items():
             for a in anchors:
-                if a and a[0] == t and col in a[2]:
+                if a and a[0] == t and (col in a[2] or v is True):
                     a[2][col] = v
         trials = 0
         for anchor in anchors:
@@ -518,6 +587,23 @@ class GenericTemplate(BaseTemplate):
                 idx[p] += 1
         return None
 
+    def _linked_ids(self, rows: dict, cid: str, params: list[str]) -> set[str]:
+        """The record ids (not the customer's) that the records the other id parameters name hold or
+        are: a transaction whose account is the debit card's account links to the card's parameters,
+        one of another product line does not.
+        """
+        view = self.an.view
+        ids = {rid for t, rs in rows.items() if t != view.customer_table for rid in rs}
+        out: set[str] = set()
+        for p in params:
+            tables = id_tables(view, p, self.ctxw)
+            if not tables or tables[0] == view.customer_table or p == view.customer_key:
+                continue
+            for rid, row in rows.get(tables[0], {}).items():
+                out.add(rid)
+                out |= {v for v in row.values() if isinstance(v, str) and v in ids and v != cid}
+        return out
+
     def _blamed_row(self, rows, err):
         """The record an error names by its id (``Debit card 'X' is already active``), if any."""
         for t, rs in rows.items():
@@ -534,6 +620,8 @@ class GenericTemplate(BaseTemplate):
         t, rid, row = target
         view = self.an.view
         low = err.lower()
+        if self._raise_flag(target, err, mutated, applied):
+            return True
         for col in row:
             v = row.get(col)
             if col == view.id_column.get(t):
@@ -591,6 +679,29 @@ class GenericTemplate(BaseTemplate):
             return sum(1 for v in values if re.search(rf"(?<![a-z0-9]){re.escape(v)}", texts.get(doc, "")))
 
         return [max(self.docs, key=lambda d: (score(d), -self.docs.index(d)))]
+
+    def _raise_flag(self, target, err, mutated, applied) -> bool:
+        """A record lacks a state the error says it must have (``Debit card 'X' does not have an active
+        velocity block``): set the field the documents name for it (``velocity_blocked``: all its words
+        in the error, one that is no word of the tool, the table or the record's fields) to true.
+        """
+        t, rid, row = target
+        if not _NEGATED.search(err):
+            return False
+        errw = {_stem(w) for w in words(err)}
+        known = {_stem(w) for w in words(self.tool) | words(t) | {w for c in row for w in words(c)}}
+        for name in self.an.field_names():
+            fw = {_stem(w) for w in words(name)}
+            if name in row or len(fw) < 2 or not fw <= errw or not (fw - known):
+                continue
+            tried = mutated.setdefault((t, rid, name), set())
+            if True in tried:
+                continue
+            tried.add(True)
+            row[name] = True
+            applied[(t, name)] = True
+            return True
+        return False
 
     def _meta(self, actions: list[Action]) -> dict[str, Any]:
         user = sorted({a.name for a in actions if a.requestor == "user"})
@@ -688,7 +799,7 @@ class GenericTemplate(BaseTemplate):
         need = self._anchor_tables()
 
         def covered(d: str) -> int:
-            return sum(1 for t in need if view.owned_rows(d).get(t))
+            return sum(1 for ts in need if any(view.owned_rows(d).get(t) for t in ts))
 
         owners = [d for d in view.customers() if not need or covered(d)]
         owners.sort(key=lambda d: -covered(d))
@@ -698,6 +809,7 @@ class GenericTemplate(BaseTemplate):
         first = [d for d in rest if covered(d) == len(need)]
         rest = [d for d in rest if d not in first]
         rng.shuffle(first)
+        first.sort(key=lambda d: -self._donor_links(d))  # donors whose records join up first
         rng.shuffle(rest)
         rest = first + rest
         for donor in (head + rest)[: MAX_DONORS + len(head)]:
