@@ -353,7 +353,12 @@ class GenericTemplate(BaseTemplate):
             if best is not None:
                 _, t, col, vals = best
                 rng.shuffle(vals)
+                finer = self._finer(p, t, col, vals, chosen, rng)
+                if finer is not None:  # the column holds another argument's values: a finer one names ours
+                    col, vals = finer
                 out += [Cand(v, "literal", {"why": f"a value of {t}.{col} in the database"}) for v in vals]
+        if not out and spec.get("type", "string") == "string":
+            out += self._free_text(p, spec, rng)
         pdw = words(p) | words(desc)
         if (
             any(w.startswith("digit") or w == "last4" for w in pdw)
@@ -370,6 +375,71 @@ class GenericTemplate(BaseTemplate):
                 seen.add(k)
                 uniq.append(c)
         return uniq
+
+    def _finer(self, p: str, table: str, col: str, vals: list[str], chosen: dict[str, Cand], rng: random.Random):
+        """When ``table.col``'s values are another argument's listed values (an account's class
+        'checking' is what ``account_type`` lists), ``p`` wants a finer category of the same records:
+        the column whose every value falls in one value of ``col`` (the level 'Blue Account'), its
+        values ordered to agree with the other argument's chosen value. None when there is none.
+        """
+        view = self.an.view
+        ps = self._params()[0]
+        stems = {v.lower().rstrip("s"): v for v in vals}
+        other = None
+        for q, spec in ps.items():
+            listed = {
+                x.lower().rstrip("s") for x in [*(spec.get("enum") or []), *literals(spec.get("description", ""))]
+            }
+            if q != p and len(set(stems) & listed) >= 2:
+                other = q
+                break
+        if other is None:
+            return None
+        rows = list(view.tables.get(table, {}).values())
+        best = None
+        for c2 in view.columns(table):
+            if c2 in (col, view.id_column.get(table)) or identity_kind(c2):
+                continue
+            vs = [r.get(c2) for r in rows]
+            if not all(isinstance(v, str) and v and not re.search(r"\d", v) for v in vs):
+                continue
+            fine: dict[str, dict] = {}  # value -> the coarse values of its records, in seed order
+            for r in rows:
+                fine.setdefault(r[c2], {})[r.get(col)] = None
+            mixed = sum(1 for x in fine.values() if len(x) > 1)  # a level two classes share
+            if len(fine) <= len(set(stems)) or 2 * len(fine) > len(rows) or 5 * mixed > len(fine):
+                continue
+            if best is None or len(fine) > len(best[1]):
+                best = (c2, fine)
+        if best is None:
+            return None
+        c2, fine = best
+        want = str(chosen[other].value).lower().rstrip("s") if other in chosen else None
+        coarse = {v: str(next(iter(fine[v]), "")) for v in fine}
+        rank = {v: i for i, v in enumerate(vals)}
+        some = list(fine)
+        rng.shuffle(some)
+        return c2, sorted(some, key=lambda v: (coarse[v].lower().rstrip("s") != want, rank.get(coarse[v], 0)))
+
+    def _free_text(self, p: str, spec: dict, rng: random.Random) -> list[Cand]:
+        """Values the user says for a free-text argument that a column of the same name holds across
+        the database (a merchant's name): a few of them, the user's to give (no record names them).
+        """
+        view = self.an.view
+        for t, rs in view.tables.items():
+            tw = {w.rstrip("s") for w in words(t)}
+            if t == view.customer_table or not rs or not tw & {w.rstrip("s") for w in self.ctxw}:
+                continue  # a table of what the tool is about
+            cols = [c for c in column_matches(p, next(iter(rs.values())), spec) if words(p) <= words(c)]
+            cols = [c for c in cols if "id" not in words(c) and not identity_kind(c)]
+            if not cols:
+                continue
+            vals = [v for v in view.distinct(t, cols[0], limit=60) if isinstance(v, str) and v.strip()]
+            vals = [v for v in vals if not re.fullmatch(r"[\d\W_]+", v)]
+            if len(vals) >= 3:
+                rng.shuffle(vals)
+                return [Cand(v, "fact") for v in vals[:3]]
+        return []
 
     @staticmethod
     def _shaped(p: str, value: Any, desc: str, spec: dict) -> list[Any]:

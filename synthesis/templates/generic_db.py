@@ -288,8 +288,37 @@ def clone_customer(
             return {k: remap(x) for k, x in v.items()}
         return v
 
+    fresh: dict[tuple[str, str], str] = {}  # (kind, donor's digits) -> the clone's
+
+    def renumber(col: str, v: Any) -> Any:
+        kind = secret_kind(col)
+        if kind is None or not isinstance(v, str) or not v.isdigit():
+            return v
+        if (kind, v) not in fresh:
+            new = v
+            while new == v or new in fresh.values():
+                new = "".join(str(rng.randint(0, 9)) for _ in range(len(v)))
+            fresh[(kind, v)] = new
+        return fresh[(kind, v)]
+
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for t, rs in rows.items():
         for rid, row in rs.items():
-            out.setdefault(t, {})[mapping[rid]] = remap(row)
+            out.setdefault(t, {})[mapping[rid]] = {c: renumber(c, v) for c, v in remap(row).items()}
     return mapping[donor], ident, out
+
+
+def secret_kind(column: str) -> str | None:
+    """Which card secret a column holds (``last4``, ``cvv``, ``number``, ``pin``), or None: a clone's
+    cards get fresh digits, so no two customers share a card's last four digits or its CVV.
+    """
+    w = words(column)
+    if w & {"cvv", "cvc", "cvv2"}:
+        return "cvv"
+    if "last4" in w or ({"last", "4"} <= w) or ({"last", "four"} <= w):
+        return "last4"
+    if "pin" in w:
+        return "pin"
+    if {"card", "number"} <= w:
+        return "number"
+    return None
