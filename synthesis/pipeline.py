@@ -56,6 +56,12 @@ def _open(out: str | Path, domain_id: str | None, data_dir: str | Path | None, l
                 f"run `tau-env synth tasks DOMAIN --out {path}` first."
             )
         return RunFolder.open(path)
+    if not (path / "run.json").is_file():
+        # the domain must load before a new folder records it: a failed first try (say, without
+        # --data-dir) must not leave a run.json that refuses the corrected command
+        from tau_env.registry import registry
+
+        registry.load_domain(domain_id, **({"data_dir": str(data_dir)} if data_dir is not None else {}))
     settings: dict[str, Any] = {
         "domain": domain_id,
         "loader": {"data_dir": str(data_dir)} if data_dir is not None else {},

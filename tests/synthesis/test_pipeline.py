@@ -252,3 +252,11 @@ def test_decontamination_removes_a_planted_benchmark_task_and_a_top_up_stays_cle
     assert len(lines(out / "tasks.jsonl")) == 12
     again = pipeline.run_decontaminate(out, against="tau3-banking")
     assert again["kept"] == 12  # what the top-up added was checked on arrival
+
+
+def test_a_first_try_whose_domain_cannot_load_leaves_no_run_behind(tmp_path, monkeypatch):
+    monkeypatch.delenv("TAU3_BANKING_DATA", raising=False)
+    out = tmp_path / "run"
+    with pytest.raises(tau_env.error.Error, match="data_dir"):
+        pipeline.run_tasks(out, "tau3-banking", n=3)  # no data folder given
+    assert not (out / "run.json").exists()
