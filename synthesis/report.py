@@ -126,6 +126,15 @@ def _hist(values: list[int]) -> dict[int, int]:
     return dict(sorted(Counter(values).items()))
 
 
+
+def _reason(x: Any) -> str:
+    """A decontamination reason as text: ``detector`` (``against_id``, score), or the value as given."""
+    if isinstance(x, dict) and "detector" in x:
+        score = x.get("score")
+        extra = f", {score:.2f}" if isinstance(score, int | float) and not isinstance(score, bool) else ""
+        return f"{x['detector']} ({x.get('against_id', '?')}{extra})"
+    return str(x)
+
 def summary(run: RunFolder) -> dict[str, Any]:
     """The report's numbers (see the module docstring); sections without data are None or empty."""
     stages = run.stages()
@@ -225,7 +234,7 @@ def summary(run: RunFolder) -> dict[str, Any]:
         removed = [r for r in dec.get("removed") or [] if isinstance(r, dict)]
         reasons: Counter[str] = Counter()
         for r in removed:
-            reasons.update(str(x) for x in r.get("reasons") or [])
+            reasons.update(_reason(x) for x in r.get("reasons") or [])
         checked = int(_num(dec.get("checked"))) or len(removed) + int(_num(dec.get("kept")))
         out["contamination"] = {
             "checked": checked,
@@ -235,7 +244,7 @@ def summary(run: RunFolder) -> dict[str, Any]:
             "by_detector": {str(k): v for k, v in (dec.get("by_detector") or {}).items()},
             "reasons": dict(reasons.most_common()),
             "examples": [
-                {"id": str(r.get("id")), "reasons": [str(x) for x in r.get("reasons") or []]} for r in removed[:20]
+                {"id": str(r.get("id")), "reasons": [_reason(x) for x in r.get("reasons") or []]} for r in removed[:20]
             ],
         }
     else:
