@@ -405,7 +405,7 @@ def grpo_loss(
         logp_old: ``[G, T]`` log-probabilities before the update (equal to ``logp_new`` on the first
             step over a batch).
         logp_rollout: ``[G, T]`` the rollout engine's log-probabilities (0 off agent tokens is fine).
-        rewards: ``[G]`` terminal rewards.
+        rewards: ``[G]`` terminal rewards (on any device: only ``G`` numbers).
         agent_mask: ``[G, T]``, 1 on agent-generated tokens.
         clip_eps: The clip range epsilon, ``>= 0``.
         is_cap: The importance-weight truncation ``C > 0``.
@@ -431,13 +431,7 @@ def grpo_loss(
         raise InvalidOptionError(
             f"rewards: expected shape ({logp_new.shape[0]},) (one reward per rollout row), got {tuple(rewards.shape)}"
         )
-    _same_device(
-        ("logp_new", logp_new),
-        ("logp_old", logp_old),
-        ("logp_rollout", logp_rollout),
-        ("agent_mask", mask),
-        ("rewards", rewards),
-    )
+    _same_device(("logp_new", logp_new), ("logp_old", logp_old), ("logp_rollout", logp_rollout), ("agent_mask", mask))
     eps = _number(clip_eps, "clip_eps", low=0.0)
     _number(is_cap, "is_cap", low=0.0, low_inclusive=False)
     _number(mask_delta, "mask_delta", low=0.0)
@@ -471,7 +465,7 @@ def grpo_loss(
         r = rewards.detach().to(torch.float64)
         raw_ratio = torch.exp(old - roll)
         stats = {
-            "loss": float(loss.detach()),
+            "loss": float(loss.detach()) + 0.0,  # + 0.0: no -0.0 in the log
             "reward_mean": float(r.mean()),
             "reward_std": float(r.std(correction=0)),
             "advantage_mean": float(adv.mean()),
@@ -482,7 +476,7 @@ def grpo_loss(
             "is_weight_mean": float(weights[mask].mean()) if n_agent else 0.0,
             "is_truncated_fraction": float((raw_ratio[mask] > is_cap).double().mean()) if n_agent else 0.0,
             "rollout_log_ratio_mean": float((old - roll)[mask].mean()) if n_agent else 0.0,
-            "approx_kl": float(-log_rho[keep].mean()) if n_keep else 0.0,
+            "approx_kl": float(-log_rho[keep].mean()) + 0.0 if n_keep else 0.0,
             "agent_tokens": float(n_agent),
             "kept_agent_tokens": float(n_keep),
         }

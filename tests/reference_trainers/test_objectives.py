@@ -367,7 +367,7 @@ def test_gradients_reach_logits_only_through_agent_tokens(g, t, seed):
     ids = torch.randint(0, 5, (g, t), generator=gen)
     agent = torch.rand(g, t, generator=gen) < 0.5
     lp = token_logprobs(logits, ids)
-    rewards = torch.arange(g, dtype=torch.float32)
+    rewards = torch.tensor([0.0, 1.0, 3.0])[:g]  # every advantage non-zero when g > 1: (-1, 1), (-2, -1/3, 5)
     loss, _ = grpo_loss(lp, lp.detach(), lp.detach(), rewards, agent)
     loss.backward()
     silent = torch.ones(g, t, dtype=torch.bool)
@@ -456,3 +456,11 @@ def test_other_functions_reject_bad_arguments_by_name():
         rollout_mask(torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1, 3), delta=-0.5)
     with pytest.raises(ValueError, match="group_ids"):
         group_loo_advantages(torch.tensor([1.0, 0.0]), ["a"])
+
+
+def test_low_precision_logits_are_scored_in_float32():
+    logits = HAND_LOGITS.to(torch.bfloat16)
+    lp = token_logprobs(logits, HAND_IDS)
+    assert lp.dtype == torch.float32
+    assert close(lp, [[0.0, LN(1 / 3), LN(1 / 4)]], tol=1e-2)
+    assert sft_loss(logits, HAND_IDS, torch.tensor([[0, 0, 1]])).dtype == torch.float32
