@@ -64,7 +64,8 @@ class TokenTrajectory:
             ``agent_mask`` is 0.
         reward: The episode's reward, once the caller (or :meth:`TokenTrajectory.from_result`) sets it.
         messages: The agent's chat as the env recorded it (OpenAI format, system first).
-        info: ``turns`` (generated turns), ``eot_added`` (end-of-turn tokens added with mask 0),
+        info: ``turns`` (generated turns), ``generated_messages`` (the indices in ``messages`` of
+            the env's records of the generated turns), ``eot_added`` (end-of-turn tokens added with mask 0),
             ``tools_changed``, ``context_overflow``, ``finish_reasons``, ``termination_reason`` and
             ``trial`` once the result is attached.
     """
@@ -137,7 +138,13 @@ class TrajectoryBuilder:
         self.agent_mask: list[int] = []
         self.logprobs: list[float] = []
         self.messages: list[dict[str, Any]] = []
-        self.info: dict[str, Any] = {"turns": 0, "eot_added": 0, "tools_changed": False, "context_overflow": False}
+        self.info: dict[str, Any] = {
+            "turns": 0,
+            "eot_added": 0,
+            "tools_changed": False,
+            "context_overflow": False,
+            "generated_messages": [],
+        }
         self._pending: list[int] | None = None  # the last generated turn, not closed yet
         self._eot_text, self._eot_id, self._eot_len = "", None, 0
         self._started = self._closed = False
@@ -274,6 +281,8 @@ class TrajectoryBuilder:
             )
         self._append(self.encode(owed + after[len(before) :]), 0)
         recorded = assistant_message or {"role": "assistant", "content": None}
+        if generated:
+            self.info["generated_messages"].append(len(self.messages))
         self.messages += ([copy.deepcopy(recorded)] if generated else []) + new_messages
         return self.prompt_ids
 
