@@ -1,0 +1,327 @@
+"""Parquet for veRL's trainers: SFT conversations from tau_env episodes, RL rows of tasks.
+
+SFT (``verl.trainer.sft_trainer``, its ``MultiTurnSFTDataset``): one row per successful episode, as
+``tau-env export-sft --jsonl`` (and a synthesis run's ``sft/sft.jsonl``) write them: ``messages``
+(the agent's chat, OpenAI format, tool calls included), ``tools`` (its tool schemas) and ``train``
+(one flag per message). veRL's dataset trains every assistant message, including the env's fixed
+greeting, which the recipe does not train; :class:`TauSFTDataset` (``data.custom_cls.path=
+pkg://tau_env.reference_trainers.verl_data``, ``data.custom_cls.name=TauSFTDataset``, as
+``configs/tau_sft.yaml`` sets) is veRL's dataset with the loss mask of an assistant message set only
+where ``train`` is true. Messages and tools are stored as JSON text (``messages_json``,
+``tools_json``) next to the nested columns, so nothing of a tool schema is lost to parquet's
+struct typing; the dataset reads the JSON.
+
+RL (``verl.trainer.main_ppo`` with the ``tau_agent`` loop): one row per task, holding what
+:class:`~tau_env.reference_trainers.verl_agent_loop.TauAgentLoop` needs in ``extra_info``:
+``env_id``, ``make_kwargs`` (JSON: loader and env settings, e.g. ``data_dir``), ``task_id``,
+``task`` (the task's JSON, so tasks from a synthesis run need no file on the workers; empty: the
+env's own task of that id), ``seed`` and optional ``user``. ``prompt`` is a one-message placeholder
+(veRL's dataset requires one; the loop builds the real prompt from the env), ``agent_name`` is
+``tau_agent``, ``data_source`` ``tau_env/<env_id>`` and ``reward_model.ground_truth`` the task id.
+
+``python -m tau_env.reference_trainers.verl_data sft SRC.jsonl OUT.parquet`` and
+``python -m tau_env.reference_trainers.verl_data rl ENV_ID OUT.parquet [--tasks FILE] [--make-kwargs JSON]``
+write them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tau_env.error import InvalidOptionError, TaskFileError
+
+AGENT_LOOP = "tau_agent"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SFT
+
+
+def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The examples of a ``tau-env export-sft --jsonl`` file (or a synthesis run's ``sft/sft.jsonl``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidOptionError(
+            f"No SFT file at {p}: expected the JSONL that `tau-env export-sft RUN --jsonl FILE` writes "
+            "(or a synthesis run's sft/sft.jsonl)."
+        )
+    out = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            ex = json.loads(line)
+        except ValueError as e:
+            raise InvalidOptionError(f"{p}:{n}: not JSON ({e}); expected one export-sft example per line.") from e
+        out.append(sft_row(ex, where=f"{p}:{n}"))
+    return out
+
+
+def sft_row(example: Mapping[str, Any], where: str = "example") -> dict[str, Any]:
+    """One SFT parquet row of one export-sft example (``messages``, ``tools``, ``train``)."""
+    messages = example.get("messages")
+    if isinstance(messages, str):
+        messages = json.loads(messages)
+    tools = example.get("tools") or []
+    if isinstance(tools, str):
+        tools = json.loads(tools)
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise InvalidOptionError(f"{where}: expected 'messages', a non-empty list of chat messages.")
+    train = example.get("train")
+    if train is None:  # not an export-sft example: train every assistant message
+        train = [m.get("role") == "assistant" for m in messages]
+    if len(train) != len(messages):
+        raise InvalidOptionError(f"{where}: 'train' has {len(train)} flags for {len(messages)} messages; one each.")
+    return {
+        "task_id": str(example.get("task_id", "")),
+        "messages_json": json.dumps(messages, ensure_ascii=False),
+        "tools_json": json.dumps(tools, ensure_ascii=False),
+        "train": [bool(t) for t in train],
+    }
+
+
+def write_sft_parquet(sources: Iterable[str | Path], out: str | Path) -> int:
+    """Write the examples of export-sft JSONL files as one SFT parquet; returns the row count."""
+    rows = [r for src in sources for r in read_sft_jsonl(src)]
+    _write_parquet(rows, out)
+    return len(rows)
+
+
+def _write_parquet(rows: list[dict[str, Any]], out: str | Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not rows:
+        raise InvalidOptionError(f"Nothing to write to {out}: no rows.")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), str(out))
+
+
+def _sft_dataset_base() -> type:
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    return MultiTurnSFTDataset
+
+
+def _make_sft_dataset() -> type:
+    import torch
+
+    base = _sft_dataset_base()
+
+    class TauSFTDataset(base):  # type: ignore[misc, valid-type]
+        """veRL's ``MultiTurnSFTDataset`` on our rows: JSON messages and tools, loss only on ``train`` messages."""
+
+        def _read_files_and_process(self) -> None:
+            import pandas as pd
+
+            frames = [pd.read_parquet(f) for f in self.parquet_files]
+            df = pd.concat(frames, ignore_index=True)
+            missing = {"messages_json", "tools_json", "train"} - set(df.columns)
+            if missing:
+                raise InvalidOptionError(
+                    f"{self.parquet_files}: no column(s) {sorted(missing)}; write the file with "
+                    "python -m tau_env.reference_trainers.verl_data sft."
+                )
+            if self.max_samples > 0 and self.max_samples < len(df):
+                df = df.iloc[: self.max_samples]
+            df = df.reset_index(drop=True)
+            self.messages = [json.loads(s) for s in df["messages_json"]]
+            self.tools = [json.loads(s) or None for s in df["tools_json"]]
+            self.train_flags = [[bool(x) for x in t] for t in df["train"]]
+            self.enable_thinking = None
+            self.dataframe = pd.DataFrame({self.messages_key: self.messages})
+            from verl.utils.tokenizer.chat_template import extract_system_prompt_and_generation
+
+            self.system_prompt, self.generation_prompt = extract_system_prompt_and_generation(
+                self.tokenizer, **self.apply_chat_template_kwargs
+            )
+
+        def __getitem__(self, item: int) -> dict[str, Any]:
+            self._current = item
+            self._turn = 0
+            return super().__getitem__(item)
+
+        def _build_messages(self, example: dict) -> list:
+            import copy
+
+            return copy.deepcopy(self.messages[self._current])
+
+        def _process_single_message(self, index: int, message: dict, full_message: list, tools=None, **kw):  # noqa: ANN001
+            input_ids, loss_mask, attention_mask, inputs = super()._process_single_message(
+                index, message, full_message, tools=tools, **kw
+            )
+            if message.get("role") == "assistant" and not self.train_flags[self._current][index]:
+                loss_mask = torch.zeros_like(loss_mask)
+            return input_ids, loss_mask, attention_mask, inputs
+
+    return TauSFTDataset
+
+
+def __getattr__(name: str) -> Any:  # TauSFTDataset is built on first use: importing this module needs no verl
+    if name == "TauSFTDataset":
+        cls = _make_sft_dataset()
+        cls.__module__ = __name__
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RL
+
+
+@dataclass
+class EpisodeSpec:
+    """What one RL row tells the agent loop."""
+
+    env_id: str
+    task_id: str
+    seed: int = 0
+    make_kwargs: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] | None = None
+    user: str | None = None
+
+
+def rl_row(
+    env_id: str,
+    task: Any,
+    index: int,
+    *,
+    make_kwargs: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    embed_task: bool = True,
+    user: str | None = None,
+) -> dict[str, Any]:
+    """One RL parquet row (see the module's docstring) for a :class:`tau_env.Task`."""
+    task_json = task.model_dump(mode="json", exclude_defaults=True) if embed_task else None
+    return {
+        "data_source": f"tau_env/{env_id}",
+        "agent_name": AGENT_LOOP,
+        "prompt": [{"role": "user", "content": f"tau_env task {task.id}"}],
+        "reward_model": {"style": "tau_env", "ground_truth": task.id},
+        "extra_info": {
+            "index": int(index),
+            "env_id": env_id,
+            "task_id": task.id,
+            "seed": int(seed),
+            "make_kwargs": json.dumps(dict(make_kwargs or {}), sort_keys=True),
+            "task": json.dumps(task_json, ensure_ascii=False) if task_json is not None else "",
+            "user": user or "",
+        },
+    }
+
+
+def rl_rows(
+    env_id: str,
+    *,
+    tasks: str | Path | Sequence[Any] | None = None,
+    task_ids: Sequence[str] | None = None,
+    make_kwargs: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    user: str | None = None,
+) -> list[dict[str, Any]]:
+    """RL rows for the tasks of ``tasks`` (a task file or :class:`tau_env.Task` list; None: the env's own).
+
+    A task file's (or list's) tasks are embedded in the rows; the env's own are referred to by id
+    (``task`` empty), so a row stays small. ``task_ids`` keeps those tasks only, in that order.
+    """
+    import tau_env
+
+    make_kwargs = dict(make_kwargs or {})
+    embed = tasks is not None
+    if tasks is None:
+        loader = {k: v for k, v in make_kwargs.items() if k not in _env_kwargs()}
+        pool = list(tau_env.registry.load_domain(env_id, **loader).tasks)
+    elif isinstance(tasks, (str, Path)):
+        pool = tau_env.load_tasks(tasks)
+    else:
+        pool = list(tasks)
+    if task_ids is not None:
+        by_id = {t.id: t for t in pool}
+        unknown = [t for t in task_ids if t not in by_id]
+        if unknown:
+            raise TaskFileError(f"No task(s) {unknown[:5]} among the {len(pool)} tasks given for {env_id}.")
+        pool = [by_id[t] for t in task_ids]
+    return [
+        rl_row(env_id, t, i, make_kwargs=make_kwargs, seed=seed, embed_task=embed, user=user)
+        for i, t in enumerate(pool)
+    ]
+
+
+def _env_kwargs() -> tuple[str, ...]:
+    from tau_env.registry import ENV_KWARGS
+
+    return tuple(ENV_KWARGS)
+
+
+def write_rl_parquet(rows: list[dict[str, Any]], out: str | Path) -> int:
+    """Write RL rows as parquet; returns the row count."""
+    _write_parquet(rows, out)
+    return len(rows)
+
+
+def episode_spec(extra_info: Any) -> EpisodeSpec:
+    """The :class:`EpisodeSpec` of a row's ``extra_info`` (as veRL hands it to the agent loop)."""
+    if not isinstance(extra_info, Mapping):
+        raise InvalidOptionError(
+            f"The RL row has no extra_info mapping (got {type(extra_info).__name__}); write the parquet with "
+            "python -m tau_env.reference_trainers.verl_data rl."
+        )
+    missing = [k for k in ("env_id", "task_id") if not extra_info.get(k)]
+    if missing:
+        raise InvalidOptionError(f"The RL row's extra_info lacks {missing}; it has {sorted(extra_info)}.")
+    mk = extra_info.get("make_kwargs") or "{}"
+    task = extra_info.get("task") or None
+    return EpisodeSpec(
+        env_id=str(extra_info["env_id"]),
+        task_id=str(extra_info["task_id"]),
+        seed=int(extra_info.get("seed") or 0),
+        make_kwargs=json.loads(mk) if isinstance(mk, str) else dict(mk),
+        task=json.loads(task) if isinstance(task, str) else (dict(task) if task else None),
+        user=str(extra_info.get("user") or "") or None,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write SFT or RL parquet for veRL (see the module's docstring)."""
+    p = argparse.ArgumentParser(
+        prog="python -m tau_env.reference_trainers.verl_data", description=__doc__.split("\n")[0]
+    )
+    sub = p.add_subparsers(dest="kind", required=True)
+    s = sub.add_parser("sft", help="SFT parquet from export-sft JSONL files")
+    s.add_argument("sources", nargs="+", type=Path, help="export-sft --jsonl files (or synthesis sft/sft.jsonl)")
+    s.add_argument("out", type=Path)
+    r = sub.add_parser("rl", help="RL parquet, one row per task")
+    r.add_argument("env_id")
+    r.add_argument("out", type=Path)
+    r.add_argument("--tasks", type=Path, help="a task file (e.g. a synthesis run's rl/tasks.jsonl); default: the env's")
+    r.add_argument("--task-id", action="append", dest="task_ids", help="keep this task (repeatable)")
+    r.add_argument("--make-kwargs", default="{}", help='JSON of tau_env.make keywords, e.g. \'{"data_dir": "..."}\'')
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--user", choices=("scripted", "llm"), default=None, help="override the loop's user per row")
+    args = p.parse_args(argv)
+    import sys
+
+    if args.kind == "sft":
+        n = write_sft_parquet(args.sources, args.out)
+    else:
+        rows = rl_rows(
+            args.env_id,
+            tasks=args.tasks,
+            task_ids=args.task_ids,
+            make_kwargs=json.loads(args.make_kwargs),
+            seed=args.seed,
+            user=args.user,
+        )
+        n = write_rl_parquet(rows, args.out)
+    sys.stdout.write(f"wrote {n} rows to {args.out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
