@@ -230,6 +230,36 @@ def _llm(args: argparse.Namespace, seat: str) -> Any:
     return LLMAgent(client, strip_reasoning=args.strip_reasoning) if seat == "agent" else LLMUser(client)
 
 
+def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
+    """The agent of ``--agent-checkpoint``: the trainer's model in process, with its chat template, and the
+    environment settings it was trained with where the flags leave them open (domain, retrieval, step budget).
+    """
+    if args.agent_model:
+        raise InvalidOptionError("--agent-checkpoint and --agent-model both name the agent; give one.")
+    from tau_env.reference_trainers.checkpoint import read_info  # the 'train' extra, only for this flag
+
+    info = read_info(args.agent_checkpoint)
+    trained = info.get("agent") or {}
+    if args.retrieval is None and trained.get("retrieval"):
+        args.retrieval = trained["retrieval"]
+    if args.max_steps is None and trained.get("max_steps"):
+        args.max_steps = int(trained["max_steps"])
+    from tau_env.llm import LLMAgent, Sampling, TransformersClient
+
+    max_tokens = args.max_tokens or trained.get("max_new_tokens")
+    client = TransformersClient(
+        args.agent_checkpoint, sampling=Sampling(temperature=args.agent_temperature, max_tokens=max_tokens)
+    )
+    record = {
+        "path": str(args.agent_checkpoint),
+        "trainer": info.get("trainer"),
+        "step": info.get("step"),
+        "retrieval": args.retrieval,
+        "max_tokens": max_tokens,
+    }
+    return {"policy": LLMAgent(client), "domain": trained.get("domain"), "record": record}
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -237,11 +267,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.domain and args.domain_opt and args.domain != args.domain_opt:
         raise InvalidOptionError(f"Two domains given, {args.domain!r} and --domain {args.domain_opt!r}; give one.")
-    domain = args.domain_opt or args.domain or "harbor-bank-v0"
     for seat in ("agent", "user"):
         if getattr(args, f"{seat}_base_url") and not getattr(args, f"{seat}_model"):
             raise InvalidOptionError(f"--{seat}-base-url needs --{seat}-model: name the model to use there.")
-    agent_name = args.agent_model or args.agent
+    checkpoint = _checkpoint(args) if args.agent_checkpoint is not None else None
+    domain = args.domain_opt or args.domain or (checkpoint or {}).get("domain") or "harbor-bank-v0"
+    agent_name = args.agent_model or (f"checkpoint-{args.agent_checkpoint.name}" if checkpoint else args.agent)
     user_name = args.user_model or args.user
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or Path("runs") / f"{domain}-{agent_name.replace('/', '_')}-{stamp}"
@@ -257,7 +288,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for flag in ("prompt_style", "user_guidelines_dir", "document_order"):  # loader options (tau3-banking)
         if getattr(args, flag) is not None:
             make_kwargs[flag] = str(getattr(args, flag))
-    agent = _llm(args, "agent") or _agent(args.agent)
+    agent = checkpoint["policy"] if checkpoint else _llm(args, "agent") or _agent(args.agent)
     user = _llm(args, "user") or _user(args.user)
     common = dict(
         task_ids=args.task or None,
@@ -268,6 +299,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         resume=not args.restart,
         **make_kwargs,
     )
+    if checkpoint:
+        common["config"] = {"agent_checkpoint": checkpoint["record"]}
     if args.backend == "ray":
         from tau_env.harness.ray_backend import ray_evaluate
 
@@ -396,6 +429,12 @@ def build_parser(synth: bool = False) -> argparse.ArgumentParser:
     s.add_argument("domain", nargs="?", type=_name, help="environment id (default: harbor-bank-v0)")
     s.add_argument("--domain", dest="domain_opt", type=_name, help="environment id (same as the positional argument)")
     s.add_argument("--agent", choices=AGENTS, default="oracle", help="built-in agent policy (default: oracle)")
+    s.add_argument(
+        "--agent-checkpoint",
+        type=_path,
+        help="a checkpoint of tau_env's reference trainers (RUN/checkpoints/step-N) played in process, with the "
+        "chat template and, unless flags say otherwise, the domain, retrieval and step budget it was trained with",
+    )
     s.add_argument("--user", choices=USERS, default="scripted", help="built-in user policy (default: scripted)")
     for seat in ("agent", "user"):
         s.add_argument(

@@ -1,0 +1,175 @@
+"""Checkpoints of the CPU trainers: a plain Hugging Face model folder plus what resumes the run.
+
+A checkpoint folder (``RUN/checkpoints/step-000010``) holds:
+
+- the model with any LoRA factors merged in (``config.json``, ``model.safetensors``): any
+  transformers or vLLM loader reads it as is;
+- the tokenizer, whose chat template is the one the trainer rendered with (``chat_template.jinja``);
+- ``tau_env_trainer.json``: the trainer (``sft``/``grpo``), its config, the step, the tokenizer
+  family and how the agent was played (environment id, retrieval configuration, step budget,
+  sampling): what ``tau-env eval --agent-checkpoint DIR`` reads;
+- ``trainer_state.pt``: the optimizer, the LoRA factors and the random state, to resume.
+
+``RUN/latest`` names the newest complete checkpoint; a folder is written under a temporary name and
+renamed, so a killed run never leaves a half-written checkpoint behind as the latest.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tau_env.reference_trainers.cpu_common import add_lora, load_model, lora_state, merged_state_dict, unmerge_into
+
+from tau_env.error import ResultsFolderError
+
+#: The trainer's record in a checkpoint folder.
+INFO_FILE = "tau_env_trainer.json"
+STATE_FILE = "trainer_state.pt"
+FORMAT = 1
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model (LoRA re-attached when the run used it), tokenizer and records."""
+
+    path: Path
+    model: Any
+    tokenizer: Any
+    info: dict[str, Any]
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step(self) -> int:
+        return int(self.info.get("step", 0))
+
+    @property
+    def chat_template(self) -> str:
+        return self.tokenizer.chat_template
+
+
+def read_info(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's ``tau_env_trainer.json`` (no torch needed to read it)."""
+    p = Path(path) / INFO_FILE
+    if not p.is_file():
+        raise ResultsFolderError(
+            f"{path} is not a tau_env trainer checkpoint (no {INFO_FILE}); pass a folder under RUN/checkpoints/."
+        )
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    *,
+    model: Any,
+    tokenizer: Any,
+    chat_template: str,
+    trainer: str,
+    config: dict[str, Any],
+    family: str,
+    agent: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None = None,
+    lora: dict[str, Any] | None = None,
+    extra_state: dict[str, Any] | None = None,
+    keep: int = 3,
+) -> Path:
+    """Write ``run_dir/checkpoints/step-NNNNNN`` and point ``run_dir/latest`` at it.
+
+    Args:
+        run_dir: The run's folder.
+        step: Optimizer steps done.
+        model, tokenizer: What is trained (LoRA layers are merged into the saved weights).
+        chat_template: The template the trainer rendered with (saved as the tokenizer's).
+        trainer: ``"sft"`` or ``"grpo"``.
+        config: The trainer's config (JSON-ready).
+        family: The tokenizer family (how tool calls are printed and parsed).
+        agent: How the agent seat was played: ``domain``, ``retrieval``, ``max_steps``,
+            ``temperature``, ``max_new_tokens`` (what an evaluation should reuse).
+        optimizer: Saved for resuming.
+        lora: ``{"rank", "alpha", "targets"}`` when the model carries LoRA layers.
+        extra_state: More state to resume (e.g. the task sampler's position).
+        keep: How many checkpoints to keep (older ones are deleted).
+    """
+    run_dir = Path(run_dir)
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:06d}"
+    tmp = root / f".tmp-step-{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp), state_dict=merged_state_dict(model))
+    saved_template = tokenizer.chat_template
+    tokenizer.chat_template = chat_template
+    try:
+        tokenizer.save_pretrained(str(tmp))
+    finally:
+        tokenizer.chat_template = saved_template
+    info = {
+        "format": FORMAT,
+        "trainer": trainer,
+        "step": step,
+        "family": family,
+        "agent": agent,
+        "lora": lora,
+        "config": config,
+    }
+    (tmp / INFO_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    state = {
+        "step": step,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "lora": lora_state(model) if lora else {},
+        "torch_rng": torch.get_rng_state(),
+        "python_rng": random.getstate(),
+        **(extra_state or {}),
+    }
+    torch.save(state, tmp / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    (run_dir / "latest.tmp").write_text(final.name + "\n", encoding="utf-8")
+    (run_dir / "latest.tmp").replace(run_dir / "latest")
+    for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run, or None."""
+    marker = Path(run_dir) / "latest"
+    if not marker.is_file():
+        return None
+    path = Path(run_dir) / "checkpoints" / marker.read_text(encoding="utf-8").strip()
+    return path if (path / INFO_FILE).is_file() else None
+
+
+def load_checkpoint(path: str | Path, *, for_training: bool = False) -> Checkpoint:
+    """Load a checkpoint folder.
+
+    Args:
+        path: The folder (``RUN/checkpoints/step-NNNNNN``).
+        for_training: Re-attach the run's LoRA layers with their factors (the base weights less the
+            merged delta) and load the resume state; False: the merged model for inference.
+    """
+    path = Path(path)
+    info = read_info(path)
+    model, tokenizer = load_model(path)
+    state: dict[str, Any] = {}
+    if for_training:
+        state = torch.load(path / STATE_FILE, weights_only=False)
+        lora = info.get("lora")
+        if lora:
+            add_lora(model, int(lora["rank"]), float(lora["alpha"]), tuple(lora["targets"]))
+            unmerge_into(model, state["lora"])
+    return Checkpoint(path, model, tokenizer, info, state)
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Put back the random state a checkpoint saved."""
+    if "torch_rng" in state:
+        torch.set_rng_state(state["torch_rng"])
+    if "python_rng" in state:
+        random.setstate(state["python_rng"])

@@ -1,0 +1,422 @@
+"""What the small CPU trainers (``sft``, ``grpo``) share: loading, LoRA, SFT data, the shared-prefix
+forward pass, a metrics log and a plot.
+
+Written to be read. Plain PyTorch and transformers; no peft, no matplotlib (the plot is a
+hand-written SVG).
+
+The shared-prefix forward pass (:func:`prefix_shared_logits`) is the main CPU saving: every
+tau_env sample starts with the same system prompt and tool schemas (2-2.5k tokens of a 3k-token
+Harbor Bank sample), so a micro-batch runs that common prefix once (with gradient: the result is
+exact, not an approximation), repeats its key/value cache across the batch, and runs only each
+sample's own suffix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from tau_env.reference_trainers.chat_templates import TEMPLATES
+from tau_env.reference_trainers.rollout import TrajectoryBuilder
+from torch import Tensor, nn
+
+from tau_env.error import InvalidOptionError, ResultsFolderError
+
+#: The Linear layers LoRA wraps (Llama/Qwen/SmolLM2 names): attention and MLP projections.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+# --------------------------------------------------------------------------------------- loading
+
+
+def load_model(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """A causal LM and its tokenizer from a local Hugging Face folder (no network)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise InvalidOptionError(f"{path} is not a model folder (no config.json); pass a Hugging Face model folder.")
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=getattr(torch, dtype))
+    return model, tokenizer
+
+
+def tokenizer_family(tokenizer: Any) -> str:
+    """``"qwen"``, ``"smollm2"`` or ``"hermes"``: which tool template of the rollout fits the tokenizer."""
+    name = str(getattr(tokenizer, "name_or_path", "")).lower()
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    if "qwen" in name:
+        return "qwen"
+    if "<|im_start|>" in vocab and "<|im_end|>" in vocab:
+        return "smollm2"  # ChatML tokenizers without their own tool template (SmolLM2, our tiny test models)
+    return "hermes"
+
+
+def chat_template_for(tokenizer: Any, family: str) -> str:
+    """The template the trainers render with: the family's tool template, else the tokenizer's own."""
+    template = TEMPLATES.get(family) or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise InvalidOptionError(
+            f"The tokenizer has no chat template and family {family!r} brings none; use a model with one."
+        )
+    return template
+
+
+def set_threads(n: int | None) -> None:
+    """Use ``n`` CPU threads for torch (None: torch's default)."""
+    if n:
+        torch.set_num_threads(n)
+
+
+# ----------------------------------------------------------------------------------------- LoRA
+
+
+class LoRALinear(nn.Module):
+    """``y = x W^T + b + (alpha / r) * x A^T B^T`` with W frozen and A, B trained (B starts at 0)."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.base = base
+        self.rank, self.alpha = rank, alpha
+        self.scale = alpha / rank
+        self.lora_A = nn.Parameter(torch.empty(rank, base.in_features, dtype=base.weight.dtype))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, dtype=base.weight.dtype))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        base.weight.requires_grad_(False)
+        if base.bias is not None:
+            base.bias.requires_grad_(False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scale
+
+    def delta(self) -> Tensor:
+        """The weight change ``scale * B A`` (out_features x in_features)."""
+        return (self.lora_B @ self.lora_A) * self.scale
+
+
+def add_lora(model: nn.Module, rank: int, alpha: float, targets: Sequence[str] = LORA_TARGETS) -> list[nn.Parameter]:
+    """Freeze ``model``, wrap its ``targets`` Linear layers in :class:`LoRALinear`; return the trainable parameters."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] in targets]
+    if not names:
+        raise InvalidOptionError(f"No Linear layer named one of {list(targets)} in {type(model).__name__}.")
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, LoRALinear(getattr(parent, child), rank, alpha))
+    return [p for n, p in model.named_parameters() if "lora_" in n]
+
+
+def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
+    """The LoRA-wrapped layers by module name."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The model's weights with every LoRA delta merged in, under the plain model's parameter names."""
+    wrapped = lora_modules(model)
+    out: dict[str, Tensor] = {}
+    for key, value in model.state_dict().items():
+        if ".lora_" in key:
+            continue
+        module, _, leaf = key.rpartition(".")
+        if module.endswith(".base") and module[: -len(".base")] in wrapped:
+            owner = module[: -len(".base")]
+            value = value + wrapped[owner].delta().detach() if leaf == "weight" else value
+            key = f"{owner}.{leaf}"
+        out[key] = value.detach().clone()
+    return out
+
+
+def unmerge_into(model: nn.Module, lora_state: dict[str, Tensor]) -> None:
+    """Load LoRA factors into a freshly wrapped ``model`` whose base weights hold them merged (a checkpoint)."""
+    wrapped = lora_modules(model)
+    with torch.no_grad():
+        for name, m in wrapped.items():
+            m.lora_A.copy_(lora_state[f"{name}.lora_A"])
+            m.lora_B.copy_(lora_state[f"{name}.lora_B"])
+            m.base.weight.sub_(m.delta())
+
+
+def lora_state(model: nn.Module) -> dict[str, Tensor]:
+    """The LoRA factors by ``<module>.lora_A`` / ``<module>.lora_B``."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if ".lora_" in k}
+
+
+# -------------------------------------------------------------------------------------- SFT data
+
+
+def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """SFT examples (``tau-env export-sft`` JSONL, or a synthesis run's ``sft/sft.jsonl``)."""
+    out = []
+    for path in paths:
+        p = Path(path)
+        if p.is_dir():
+            p = p / "sft" / "sft.jsonl" if (p / "sft" / "sft.jsonl").is_file() else p / "sft.jsonl"
+        if not p.is_file():
+            raise ResultsFolderError(
+                f"No SFT data at {p}: pass a `tau-env export-sft --jsonl` file or a synthesis run."
+            )
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            ex = json.loads(line)
+            if not isinstance(ex, dict) or not isinstance(ex.get("messages"), list) or "train" not in ex:
+                raise ResultsFolderError(f"{p}:{n} is not an SFT example (expected messages, tools and train).")
+            out.append(ex)
+    return out
+
+
+def initial_tools(example: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools the agent had at the episode's start: the example's (final) tools less those it unlocked.
+
+    The rollout renders the tool schemas once, at the start (see ``rollout``), so SFT renders the same.
+    """
+    unlocked = set()
+    for m in example["messages"]:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            if fn.get("name") == "unlock_tool":
+                try:
+                    unlocked.add(json.loads(fn.get("arguments") or "{}").get("tool_name"))
+                except (ValueError, AttributeError):
+                    pass
+    return [t for t in example.get("tools") or [] if (t.get("function") or t).get("name") not in unlocked]
+
+
+@dataclass
+class Sample:
+    """One tokenized training sequence: ids and a 0/1 loss mask (1 on the agent's own tokens)."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    task_id: str = ""
+
+
+def tokenize_sft_example(tokenizer: Any, example: dict[str, Any], chat_template: str | None) -> Sample:
+    """An SFT example as the rollout would have produced it, token for token.
+
+    The same :class:`~tau_env.reference_trainers.rollout.TrajectoryBuilder` as the rollout: the
+    prompt up to the first trained assistant turn, each trained turn's tokens (its text as the
+    template renders it, through the end-of-turn token) with mask 1, and what the env added in
+    between with mask 0. The greeting and other untrained turns stay in the context with mask 0.
+    """
+    messages, train = example["messages"], example["train"]
+    if len(train) != len(messages):
+        raise ResultsFolderError(f"An SFT example has {len(messages)} messages but {len(train)} train flags.")
+    turns = [i for i, t in enumerate(train) if t and messages[i].get("role") == "assistant"]
+    if not turns:
+        raise ResultsFolderError(f"SFT example {example.get('task_id')!r} has no trained assistant turn.")
+    b = TrajectoryBuilder(tokenizer, initial_tools(example), chat_template, task_id=str(example.get("task_id", "")))
+    b.start(messages[: turns[0]])
+    for j, k in enumerate(turns):
+        before = b.render(messages[:k], add_generation_prompt=True)
+        text = b.render(messages[: k + 1])[len(before) :]
+        ids = b.encode(text)
+        eot = b.eot_token_id
+        if eot is not None and eot in ids:
+            ids = ids[: len(ids) - ids[::-1].index(eot)]  # through the end-of-turn token, as generated
+        b.add_generated(ids, [0.0] * len(ids), "stop")
+        nxt = turns[j + 1] if j + 1 < len(turns) else None
+        if nxt is not None:
+            b.add_messages(messages[k + 1 : nxt], assistant_message=messages[k])
+    t = b.trajectory()
+    return Sample(t.input_ids, t.agent_mask, t.task_id)
+
+
+# ------------------------------------------------------------------------- shared-prefix forward
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every sequence shares."""
+    n = min(len(s) for s in seqs)
+    first = seqs[0]
+    for i in range(n):
+        t = first[i]
+        if any(s[i] != t for s in seqs[1:]):
+            return i
+    return n
+
+
+def split_point(seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], min_prefix: int = 16) -> int:
+    """Where the shared prefix ends: inside the common prefix, before the first trained token's predictor.
+
+    The suffix's first token is never a trained target (its logits would come from the prefix).
+    Returns 0 (no sharing) when the common part is shorter than ``min_prefix``.
+    """
+    p = common_prefix_len(seqs)
+    first_trained = min((m.index(1) for m in masks if 1 in m), default=p + 1)
+    p = min(p, first_trained - 1, min(len(s) for s in seqs) - 1)
+    return p if p >= min_prefix else 0
+
+
+def prefix_shared_logits(model: nn.Module, seqs: Sequence[Sequence[int]], prefix_len: int) -> tuple[Tensor, Tensor]:
+    """Logits over each sequence's suffix ``seq[prefix_len:]``, the shared prefix run once.
+
+    The prefix (``seqs[0][:prefix_len]``, common to all) is run with gradient; its key/value cache
+    is repeated across the batch and the right-padded suffixes attend to it. Exact: the same
+    logits and gradients as running every full sequence.
+
+    Returns:
+        ``(logits [B, S, V], valid [B, S])`` with ``S`` the longest suffix; ``valid`` is 0 on padding.
+    """
+    device = next(model.parameters()).device
+    b = len(seqs)
+    suffixes = [list(s[prefix_len:]) for s in seqs]
+    width = max(len(s) for s in suffixes)
+    pad = 0
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], dtype=torch.long, device=device)
+    valid = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in suffixes], dtype=torch.long, device=device)
+    if prefix_len == 0:
+        return model(input_ids=ids, attention_mask=valid, use_cache=False).logits, valid
+    prefix = torch.tensor([list(seqs[0][:prefix_len])], dtype=torch.long, device=device)
+    first = model(input_ids=prefix, use_cache=True)
+    cache = getattr(first, "cache", None) or first.past_key_values
+    if b > 1:
+        cache.batch_repeat_interleave(b)
+    attn = torch.cat([torch.ones(b, prefix_len, dtype=torch.long, device=device), valid], dim=1)
+    pos = torch.arange(prefix_len, prefix_len + width, device=device).unsqueeze(0).expand(b, -1)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{_cache_arg(model): cache})
+    return out.logits, valid
+
+
+def _cache_arg(model: nn.Module) -> str:
+    """The forward's name for a key/value cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def pad_rows(rows: Sequence[Sequence[float]], width: int, value: float = 0.0, dtype: Any = torch.float32) -> Tensor:
+    """Rows right-padded with ``value`` to ``width`` columns, as a tensor."""
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype)
+
+
+# ----------------------------------------------------------------------------------- bookkeeping
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A dataclass config as JSON-ready data (paths as strings)."""
+    out = {}
+    for f in fields(config):
+        v = getattr(config, f.name)
+        out[f.name] = str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def config_from(cls: Any, data: dict[str, Any]) -> Any:
+    """A dataclass config from :func:`config_dict`'s data (unknown keys ignored)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class MetricsLog:
+    """Appends one JSON object per step to ``metrics.jsonl`` (a resumed run keeps the earlier lines)."""
+
+    def __init__(self, path: str | Path, resume_step: int = 0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rows = self.read(self.path) if self.path.is_file() else []
+        kept = [r for r in rows if r.get("step", 0) <= resume_step]
+        if len(kept) != len(rows):  # steps after the checkpoint we resume from will be redone
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        self.started = time.perf_counter()
+
+    def log(self, step: int, **values: Any) -> dict[str, Any]:
+        row = {"step": step, "time_s": round(time.perf_counter() - self.started, 3), **values}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        return row
+
+    @staticmethod
+    def read(path: str | Path) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def svg_plot(rows: Sequence[dict[str, Any]], keys: Sequence[str], path: str | Path, title: str = "") -> Path:
+    """A small line chart of ``keys`` against ``step``, one panel per key, as an SVG file."""
+    w, h, pad = 360, 160, 36
+    panels = []
+    for i, key in enumerate(keys):
+        pts = [(r["step"], float(r[key])) for r in rows if isinstance(r.get(key), (int, float)) and "step" in r]
+        pts = [(x, y) for x, y in pts if math.isfinite(y)]
+        y0 = i * (h + 20) + 20
+        box = f'<rect x="{pad}" y="{y0}" width="{w - pad - 8}" height="{h - pad}" fill="none" stroke="#999"/>'
+        label = f'<text x="{pad}" y="{y0 - 4}" font-size="12">{key}</text>'
+        if not pts:
+            panels.append(box + label)
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        xlo, xhi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+        ylo, yhi = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
+        scaled = [
+            (pad + (x - xlo) / (xhi - xlo) * (w - pad - 8), y0 + (h - pad) - (y - ylo) / (yhi - ylo) * (h - pad))
+            for x, y in pts
+        ]
+        line = " ".join(f"{x:.1f},{y:.1f}" for x, y in scaled)
+        ticks = (
+            f'<text x="2" y="{y0 + 10}" font-size="10">{yhi:.3g}</text>'
+            f'<text x="2" y="{y0 + h - pad}" font-size="10">{ylo:.3g}</text>'
+            f'<text x="{pad}" y="{y0 + h - pad + 12}" font-size="10">step {xlo}</text>'
+            f'<text x="{w - 60}" y="{y0 + h - pad + 12}" font-size="10">{xhi}</text>'
+        )
+        dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2"/>' for x, y in scaled) if len(pts) < 60 else ""
+        panels.append(box + label + ticks + f'<polyline fill="none" stroke="#1f77b4" points="{line}"/>' + dots)
+    height = len(keys) * (h + 20) + 20
+    head = f'<text x="{pad}" y="12" font-size="12" font-weight="bold">{title}</text>' if title else ""
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif">'
+        + head
+        + "".join(panels)
+        + "</svg>\n"
+    )
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(svg, encoding="utf-8")
+    return p
+
+
+def progress_bar(total: int, initial: int, desc: str, enabled: bool = True) -> Any:
+    """A tqdm bar on stderr (disabled: a stand-in that does nothing)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, disable=not enabled, dynamic_ncols=True)
+
+
+# ---------------------------------------------------------------------------------- command line
+
+
+def opt(default: Any, help: str) -> Any:  # noqa: A002 (the argparse word)
+    """A config field with its ``--help`` text."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def parse_config(cls: Any, argv: Sequence[str] | None, description: str) -> Any:
+    """``cls`` (a dataclass config) from command-line flags: one ``--field-name`` per field."""
+    import argparse
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        kind = hints[f.name]
+        default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
+        help_text = f.metadata.get("help", "")
+        if kind is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        elif typing.get_origin(kind) is list:
+            p.add_argument(flag, nargs="*", default=default, help=help_text)
+        else:
+            base = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
+            p.add_argument(flag, type=base[0], default=default, help=help_text)
+    return cls(**vars(p.parse_args(argv)))

@@ -1,0 +1,325 @@
+"""GRPO on tau_env episodes, small enough to read and to run on a CPU.
+
+    python -m tau_env.reference_trainers.grpo --model SFT_CHECKPOINT --out runs/grpo --steps 20
+
+Each step:
+
+1. samples ``--tasks-per-step`` tasks and plays ``--group-size`` episodes of each through the tau_env
+   harness (:func:`tau_env.aevaluate`): the policy in the agent seat in process
+   (:class:`~tau_env.reference_trainers.rollout_policy.LocalTokenPolicy`, recording the exact
+   sampled tokens and their log-probabilities, pi_rollout), the scripted user in the other seat,
+   the reward from the grader (exact match of the final database);
+2. for every group, runs the current model over each trajectory's exact token ids: pi_old (no
+   gradient; with one update per batch it equals pi_theta, so it is the detached pi_theta) and
+   pi_theta, and takes :func:`~tau_env.reference_trainers.objectives.grpo_loss` (leave-one-out
+   advantages, the token-normalised clipped surrogate, truncated importance weights against
+   pi_rollout, the rollout mask);
+3. averages the groups' losses and takes one optimizer step.
+
+A group whose rewards are all equal has zero advantage and contributes exactly zero gradient, so
+by default its forward pass is skipped (``--no-skip-zero-signal`` runs it anyway). Trajectories
+of every step are kept in ``OUT/rollouts.jsonl``; ``OUT/metrics.jsonl`` and ``OUT/metrics.svg``
+log reward, advantage statistics, the masked fraction and tokens/s; checkpoints resume as in ``sft``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tau_env.reference_trainers.checkpoint import (
+    INFO_FILE,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from tau_env.reference_trainers.cpu_common import (
+    LORA_TARGETS,
+    MetricsLog,
+    add_lora,
+    chat_template_for,
+    config_dict,
+    load_model,
+    opt,
+    pad_rows,
+    parse_config,
+    prefix_shared_logits,
+    progress_bar,
+    set_threads,
+    split_point,
+    svg_plot,
+    tokenizer_family,
+)
+from tau_env.reference_trainers.objectives import grpo_loss, token_logprobs
+from tau_env.reference_trainers.rollout import TokenTrajectory
+from tau_env.reference_trainers.rollout_policy import LocalTokenPolicy
+
+import tau_env
+from tau_env.error import InvalidOptionError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GRPOConfig:
+    model: str = opt("", "a Hugging Face model folder, or a checkpoint of these trainers (e.g. SFT's), to start from")
+    out: str = opt("runs/grpo", "run folder: checkpoints/, metrics.jsonl, metrics.svg, rollouts.jsonl")
+    domain: str = opt("harbor-bank-v0", "environment id the episodes run on")
+    tasks: str = opt("", "a task file to train on (empty: the environment's own tasks)")
+    task_ids: list = opt([], "train only on these task ids (empty: every task of the pool)")
+    retrieval: str = opt("none", "retrieval configuration: none keeps the prompt short (no knowledge tools)")
+    max_steps: int = opt(16, "env step budget per episode (agent and user turns and tool calls)")
+    steps: int = opt(10, "optimizer steps")
+    tasks_per_step: int = opt(2, "tasks sampled per step (the recipe: 64)")
+    group_size: int = opt(4, "rollouts per task, G (the recipe: 8)")
+    temperature: float = opt(1.0, "rollout sampling temperature")
+    max_new_tokens: int = opt(96, "most tokens of one agent turn")
+    max_context: int = opt(4096, "longest sequence an episode may reach (prompt and generation)")
+    lr: float = opt(2e-5, "learning rate (LoRA on a small model; the recipe's 2e-6 is for full fine-tuning)")
+    grad_clip: float = opt(1.0, "gradient-norm clip (0: off)")
+    lora_rank: int = opt(16, "LoRA rank on attention and MLP projections (0: full fine-tuning)")
+    lora_alpha: float = opt(32.0, "LoRA alpha (the update is scaled by alpha / rank)")
+    clip_eps: float = opt(0.2, "PPO clip range epsilon")
+    is_cap: float = opt(2.0, "truncation C of the importance weight pi_old / pi_rollout")
+    mask_delta: float = opt(0.1, "rollout mask: keep a rollout iff its geometric-mean weight is in [1-d, 1+d]")
+    micro_batch: int = opt(4, "rollouts per forward pass (one group's rollouts share their prompt prefix)")
+    skip_zero_signal: bool = opt(True, "skip the forward pass of groups whose rewards are all equal (zero gradient)")
+    family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: the checkpoint's, or from the tokenizer)")
+    save_every: int = opt(5, "save a checkpoint every N steps (and at the end)")
+    seed: int = opt(0, "seed of task sampling, rollouts and LoRA initialisation")
+    threads: int = opt(0, "torch CPU threads (0: torch's default)")
+    resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
+    progress: bool = opt(True, "show a progress bar")
+
+
+def make_kwargs(cfg: GRPOConfig) -> dict[str, Any]:
+    """``tau_env.make`` keywords of the run's environment."""
+    kw: dict[str, Any] = {"max_steps": cfg.max_steps}
+    if cfg.retrieval:
+        kw["retrieval"] = cfg.retrieval
+    if cfg.tasks:
+        kw["tasks"] = cfg.tasks
+    return kw
+
+
+def task_pool(cfg: GRPOConfig) -> list[str]:
+    """The task ids training draws from."""
+    if cfg.task_ids:
+        return list(cfg.task_ids)
+    env = tau_env.make(cfg.domain, **make_kwargs(cfg))
+    try:
+        return [t.id for t in env.domain.tasks]
+    finally:
+        env.close()
+
+
+async def rollouts(policy: LocalTokenPolicy, cfg: GRPOConfig, task_ids: list[str], seed: int) -> list[TokenTrajectory]:
+    """``group_size`` episodes of each task through the harness, as token trajectories with rewards."""
+    run = await tau_env.aevaluate(
+        cfg.domain,
+        policy,
+        tau_env.ScriptedUser,
+        task_ids=task_ids,
+        trials=cfg.group_size,
+        seed=seed,
+        concurrency=1,  # generation is one at a time on a CPU anyway; one episode at a time keeps runs reproducible
+        **make_kwargs(cfg),
+    )
+    return policy.trajectories(run.results)
+
+
+def group_logprobs(model: Any, group: list[TokenTrajectory], micro_batch: int) -> tuple[torch.Tensor, int]:
+    """pi_theta of each trajectory's tokens ``[G, T]`` (0 on the shared prefix, run once per micro-batch)."""
+    width = max(len(t.input_ids) for t in group)
+    rows, tokens = [], 0
+    for i in range(0, len(group), micro_batch):
+        part = group[i : i + micro_batch]
+        ids = [t.input_ids for t in part]
+        p = split_point(ids, [t.agent_mask for t in part])
+        logits, valid = prefix_shared_logits(model, ids, p)
+        suffix = torch.tensor(
+            [x[p:] + [0] * (logits.shape[1] - len(x) + p) for x in ids], dtype=torch.long, device=logits.device
+        )
+        lp = token_logprobs(logits, suffix) * valid
+        lp = torch.nn.functional.pad(lp, (p, width - p - lp.shape[1]))  # back to whole-sequence positions
+        rows.append(lp)
+        tokens += int(valid.sum()) + p
+    return torch.cat(rows), tokens
+
+
+def group_loss(model: Any, group: list[TokenTrajectory], cfg: GRPOConfig) -> tuple[torch.Tensor, dict[str, float], int]:
+    """The GRPO loss of one task's rollouts on the current model (differentiable), its stats and tokens processed."""
+    width = max(len(t.input_ids) for t in group)
+    logp_new, tokens = group_logprobs(model, group, cfg.micro_batch)
+    logp_old = logp_new.detach()  # one optimizer step per batch of rollouts: pi_old is pi_theta before the step
+    logp_rollout = pad_rows([t.rollout_logprobs for t in group], width)
+    mask = pad_rows([t.agent_mask for t in group], width, dtype=torch.long)
+    rewards = torch.tensor([float(t.reward or 0.0) for t in group])
+    loss, stats = grpo_loss(
+        logp_new,
+        logp_old,
+        logp_rollout,
+        rewards,
+        mask,
+        clip_eps=cfg.clip_eps,
+        is_cap=cfg.is_cap,
+        mask_delta=cfg.mask_delta,
+    )
+    return loss, stats, tokens
+
+
+def _mean(rows: list[dict[str, float]], key: str) -> float | None:
+    vals = [r[key] for r in rows if key in r]
+    return sum(vals) / len(vals) if vals else None
+
+
+def train(cfg: GRPOConfig) -> Path:
+    """Run GRPO; returns the last checkpoint's folder."""
+    set_threads(cfg.threads or None)
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    resume_from = latest_checkpoint(out) if cfg.resume else None
+    ckpt = None
+    if resume_from is not None:
+        ckpt = load_checkpoint(resume_from, for_training=True)
+        model, tokenizer, start = ckpt.model, ckpt.tokenizer, ckpt.step
+        family, template, lora = ckpt.info["family"], ckpt.chat_template, ckpt.info.get("lora")
+        log.info("resuming %s from step %d", out, start)
+    else:
+        if not cfg.model:
+            raise InvalidOptionError("GRPO needs --model: a Hugging Face model folder or a trainer checkpoint.")
+        start = 0
+        if (Path(cfg.model) / INFO_FILE).is_file():  # a checkpoint: its family and template
+            base = load_checkpoint(cfg.model)
+            model, tokenizer = base.model, base.tokenizer
+            family, template = cfg.family or base.info["family"], base.chat_template
+        else:
+            model, tokenizer = load_model(cfg.model)
+            family = cfg.family or tokenizer_family(tokenizer)
+            template = chat_template_for(tokenizer, family)
+        lora = None
+        if cfg.lora_rank > 0:
+            add_lora(model, cfg.lora_rank, cfg.lora_alpha)
+            lora = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "targets": list(LORA_TARGETS)}
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    if ckpt is not None:
+        if ckpt.state.get("optimizer"):
+            optimizer.load_state_dict(ckpt.state["optimizer"])
+        restore_rng(ckpt.state)
+    pool = task_pool(cfg)
+    metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
+    agent = {
+        "domain": cfg.domain,
+        "retrieval": cfg.retrieval or None,
+        "max_steps": cfg.max_steps,
+        "temperature": 0.0,
+        "max_new_tokens": cfg.max_new_tokens,
+    }
+    policy = LocalTokenPolicy(
+        model,
+        tokenizer,
+        family=family,
+        chat_template=template,
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        max_context=cfg.max_context,
+    )
+
+    def save(step: int) -> Path:
+        return save_checkpoint(
+            out,
+            step,
+            model=model,
+            tokenizer=tokenizer,
+            chat_template=template,
+            trainer="grpo",
+            config=config_dict(cfg),
+            family=family,
+            agent=agent,
+            optimizer=optimizer,
+            lora=lora,
+        )
+
+    bar = progress_bar(cfg.steps, start, "grpo", cfg.progress)
+    last = resume_from
+    for step in range(start, cfg.steps):
+        rng = random.Random(cfg.seed * 1_000_003 + step)  # the step's tasks do not depend on resuming
+        chosen = rng.sample(pool, min(cfg.tasks_per_step, len(pool)))
+        t0 = time.perf_counter()
+        trajs = asyncio.run(rollouts(policy, cfg, chosen, seed=cfg.seed * 1_000_003 + step))
+        t1 = time.perf_counter()
+        with (out / "rollouts.jsonl").open("a", encoding="utf-8") as f:
+            for t in trajs:
+                f.write(json.dumps({"step": step + 1, **t.to_dict()}) + "\n")
+        groups: dict[str, list[TokenTrajectory]] = {}
+        for t in trajs:
+            groups.setdefault(t.task_id, []).append(t)
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        stats, tokens, trained = [], 0, 0
+        for group in groups.values():
+            rewards = [float(t.reward or 0.0) for t in group]
+            if (cfg.skip_zero_signal and len(set(rewards)) == 1) or len(group) < 2:
+                stats.append({"reward_mean": sum(rewards) / len(rewards), "zero_signal": 1.0})
+                continue
+            loss, s, n = group_loss(model, group, cfg)
+            (loss / len(groups)).backward()
+            stats.append(s)
+            tokens += n
+            trained += 1
+        norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        if trained:
+            optimizer.step()
+        t2 = time.perf_counter()
+        row = metrics.log(
+            step + 1,
+            reward=sum(float(t.reward or 0.0) for t in trajs) / max(1, len(trajs)),
+            loss=_mean(stats, "loss"),
+            advantage_mean=_mean(stats, "advantage_mean"),
+            advantage_std=_mean(stats, "advantage_std"),
+            zero_signal_groups=sum(s.get("zero_signal", 0.0) for s in stats),
+            groups=len(groups),
+            masked_fraction=_mean(stats, "masked_fraction"),
+            clip_fraction=_mean(stats, "clip_fraction"),
+            is_weight_mean=_mean(stats, "is_weight_mean"),
+            approx_kl=_mean(stats, "approx_kl"),
+            grad_norm=float(norm),
+            agent_tokens=sum(t.num_agent_tokens for t in trajs),
+            episodes=len(trajs),
+            rollout_s=t1 - t0,
+            train_s=t2 - t1,
+            rollout_tokens_per_s=sum(t.num_agent_tokens for t in trajs) / max(1e-9, t1 - t0),
+            train_tokens_per_s=tokens / max(1e-9, t2 - t1) if tokens else None,
+        )
+        bar.set_postfix(reward=f"{row['reward']:.2f}", groups=f"{trained}/{len(groups)}")
+        bar.update(1)
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+            last = save(step + 1)
+    bar.close()
+    if last is None or start < cfg.steps:
+        last = save(cfg.steps)
+    rows = MetricsLog.read(out / "metrics.jsonl")
+    svg_plot(rows, ["reward", "advantage_std", "masked_fraction", "loss"], out / "metrics.svg", "GRPO")
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cfg = parse_config(GRPOConfig, argv, __doc__.split("\n\n")[0])
+    path = train(cfg)
+    log.info("checkpoint: %s", path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,233 @@
+"""Supervised fine-tuning on tau_env teacher trajectories, small enough to read and to run on a CPU.
+
+    python -m tau_env.reference_trainers.sft --model MODEL_DIR --data sft.jsonl --out runs/sft
+
+Data: ``tau-env export-sft --jsonl`` output or a synthesis run (``sft/sft.jsonl``). Each example is
+tokenized exactly as the rollout builds an RL sample (the same
+:class:`~tau_env.reference_trainers.rollout.TrajectoryBuilder`), with loss on the agent's own turns
+only (the env's greeting, the system prompt, user turns and tool results carry none), and trained
+with :func:`~tau_env.reference_trainers.objectives.sft_loss`.
+
+CPU choices (see ``cpu_common``): LoRA on the attention and MLP projections (``--lora-rank 0`` for
+full fine-tuning), the shared system prompt and tool schemas run once per micro-batch, fp32.
+Checkpoints (``OUT/checkpoints/step-N``, plain Hugging Face folders) resume with the same command;
+``OUT/metrics.jsonl`` and ``OUT/metrics.svg`` record the run. Evaluate a checkpoint with
+``tau-env eval --agent-checkpoint OUT/checkpoints/step-N``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tau_env.reference_trainers.checkpoint import latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
+from tau_env.reference_trainers.cpu_common import (
+    LORA_TARGETS,
+    MetricsLog,
+    Sample,
+    add_lora,
+    chat_template_for,
+    config_dict,
+    load_model,
+    opt,
+    parse_config,
+    prefix_shared_logits,
+    progress_bar,
+    read_sft_jsonl,
+    set_threads,
+    split_point,
+    svg_plot,
+    tokenize_sft_example,
+    tokenizer_family,
+)
+from tau_env.reference_trainers.objectives import sft_loss
+
+from tau_env.error import InvalidOptionError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTConfig:
+    model: str = opt("", "a Hugging Face model folder, or a checkpoint of these trainers, to start from")
+    data: list = opt([], "export-sft JSONL files or synthesis run folders (their sft/sft.jsonl)")
+    out: str = opt("runs/sft", "run folder: checkpoints/, metrics.jsonl, metrics.svg")
+    epochs: float = opt(1.0, "passes over the data (fractions allowed); ignored when --steps is set")
+    steps: int = opt(0, "optimizer steps (0: from --epochs)")
+    batch_size: int = opt(4, "examples per optimizer step")
+    micro_batch: int = opt(2, "examples per forward pass (they share the prompt prefix); memory vs speed")
+    lr: float = opt(2e-4, "peak learning rate (LoRA; the recipe's 5e-5 is for full fine-tuning of large models)")
+    warmup_steps: int = opt(2, "linear warm-up steps, then cosine decay to 10% of --lr")
+    weight_decay: float = opt(0.0, "AdamW weight decay")
+    grad_clip: float = opt(1.0, "gradient-norm clip (0: off)")
+    max_len: int = opt(4096, "examples longer than this many tokens are left out")
+    lora_rank: int = opt(16, "LoRA rank on attention and MLP projections (0: full fine-tuning)")
+    lora_alpha: float = opt(32.0, "LoRA alpha (the update is scaled by alpha / rank)")
+    family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: from the tokenizer)")
+    domain: str = opt("harbor-bank-v0", "environment the data comes from (recorded for tau-env eval)")
+    retrieval: str = opt("", "its retrieval configuration, e.g. none or bm25 (empty: the env's default)")
+    max_new_tokens: int = opt(256, "per-turn token cap recorded for evaluation")
+    save_every: int = opt(0, "save a checkpoint every N steps (0: only at the end)")
+    seed: int = opt(0, "seed of the data order and LoRA initialisation")
+    threads: int = opt(0, "torch CPU threads (0: torch's default)")
+    resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
+    progress: bool = opt(True, "show a progress bar")
+
+
+def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    done = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, done))))
+
+
+def batch_order(n: int, steps: int, batch_size: int, seed: int) -> list[list[int]]:
+    """Example indices of every step: shuffled passes over the data, one seed per pass."""
+    order: list[int] = []
+    epoch = 0
+    while len(order) < steps * batch_size:
+        idx = list(range(n))
+        random.Random(seed * 1_000_003 + epoch).shuffle(idx)
+        order += idx
+        epoch += 1
+    return [order[i * batch_size : (i + 1) * batch_size] for i in range(steps)]
+
+
+def micro_step(model: Any, samples: list[Sample], total_agent_tokens: int) -> tuple[float, int]:
+    """Forward and backward one micro-batch; the loss is summed and divided by the step's agent-token count."""
+    ids = [s.input_ids for s in samples]
+    masks = [s.loss_mask for s in samples]
+    p = split_point(ids, masks)
+    logits, valid = prefix_shared_logits(model, ids, p)
+    width = logits.shape[1]
+    suffix_ids = torch.tensor([i[p:] + [0] * (width - len(i) + p) for i in ids], device=logits.device)
+    suffix_mask = torch.tensor([m[p:] + [0] * (width - len(m) + p) for m in masks], device=logits.device)
+    loss = sft_loss(logits, suffix_ids, suffix_mask * valid, reduction="sum") / total_agent_tokens
+    loss.backward()
+    return float(loss.detach()), int(valid.sum()) + p
+
+
+def train(cfg: SFTConfig) -> Path:
+    """Run SFT; returns the last checkpoint's folder."""
+    set_threads(cfg.threads or None)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    out = Path(cfg.out)
+    resume_from = latest_checkpoint(out) if cfg.resume else None
+    if resume_from is not None:
+        ckpt = load_checkpoint(resume_from, for_training=True)
+        model, tokenizer, start = ckpt.model, ckpt.tokenizer, ckpt.step
+        family, template = ckpt.info["family"], ckpt.chat_template
+        log.info("resuming %s from step %d", out, start)
+    else:
+        if not cfg.model:
+            raise InvalidOptionError("SFT needs --model: a Hugging Face model folder or a trainer checkpoint.")
+        model, tokenizer = load_model(cfg.model)
+        family = cfg.family or tokenizer_family(tokenizer)
+        template = chat_template_for(tokenizer, family)
+        if cfg.lora_rank > 0:
+            add_lora(model, cfg.lora_rank, cfg.lora_alpha)
+        start, ckpt = 0, None
+    if not cfg.data:
+        raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
+    examples = read_sft_jsonl(cfg.data)
+    samples = [tokenize_sft_example(tokenizer, ex, template) for ex in examples]
+    kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
+    if len(kept) < len(samples):
+        log.warning(
+            "left out %d of %d examples longer than %d tokens", len(samples) - len(kept), len(samples), cfg.max_len
+        )
+    if not kept:
+        raise InvalidOptionError(f"No SFT example fits --max-len {cfg.max_len}; raise it.")
+    total = cfg.steps or max(1, math.ceil(cfg.epochs * len(kept) / cfg.batch_size))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if ckpt is not None:
+        if ckpt.state.get("optimizer"):
+            optimizer.load_state_dict(ckpt.state["optimizer"])
+        restore_rng(ckpt.state)
+    metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
+    lora = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "targets": list(LORA_TARGETS)} if cfg.lora_rank else None
+    if ckpt is not None:
+        lora = ckpt.info.get("lora")
+    agent = {
+        "domain": cfg.domain,
+        "retrieval": cfg.retrieval or None,
+        "temperature": 0.0,
+        "max_new_tokens": cfg.max_new_tokens,
+    }
+
+    def save(step: int) -> Path:
+        return save_checkpoint(
+            out,
+            step,
+            model=model,
+            tokenizer=tokenizer,
+            chat_template=template,
+            trainer="sft",
+            config=config_dict(cfg),
+            family=family,
+            agent=agent,
+            optimizer=optimizer,
+            lora=lora,
+        )
+
+    order = batch_order(len(kept), total, cfg.batch_size, cfg.seed)
+    bar = progress_bar(total, start, "sft", cfg.progress)
+    last = resume_from
+    model.train()
+    for step in range(start, total):
+        batch = [kept[i] for i in order[step]]
+        for g in optimizer.param_groups:
+            g["lr"] = lr_at(step, total, cfg)
+        started = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        agent_tokens = sum(sum(s.loss_mask) for s in batch)
+        loss, tokens = 0.0, 0
+        for i in range(0, len(batch), cfg.micro_batch):
+            part_loss, part_tokens = micro_step(model, batch[i : i + cfg.micro_batch], agent_tokens)
+            loss += part_loss
+            tokens += part_tokens
+        norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        optimizer.step()
+        seconds = time.perf_counter() - started
+        row = metrics.log(
+            step + 1,
+            loss=loss,
+            lr=optimizer.param_groups[0]["lr"],
+            grad_norm=float(norm),
+            examples=len(batch),
+            tokens=tokens,
+            agent_tokens=agent_tokens,
+            agent_fraction=agent_tokens / max(1, sum(len(s.input_ids) for s in batch)),
+            tokens_per_s=tokens / seconds,
+            step_s=seconds,
+        )
+        bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+        bar.update(1)
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:
+            last = save(step + 1)
+    bar.close()
+    if last is None or start < total:
+        last = save(total)
+    svg_plot(MetricsLog.read(out / "metrics.jsonl"), ["loss", "grad_norm", "tokens_per_s"], out / "metrics.svg", "SFT")
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cfg = parse_config(SFTConfig, argv, __doc__.split("\n\n")[0])
+    path = train(cfg)
+    log.info("checkpoint: %s", path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

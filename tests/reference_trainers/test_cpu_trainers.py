@@ -1,0 +1,314 @@
+"""The CPU trainers' plumbing with a tiny random model: one SFT step and one GRPO step through the
+real code paths, agent-only gradients, checkpoints written, reloaded and resumed, and a checkpoint
+played by ``tau-env eval --agent-checkpoint``.
+
+The model is a 2-layer Llama with 32 hidden units and a byte-level BPE trained here on Harbor
+Bank's text (ChatML specials): offline, in CI, in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tau_env.reference_trainers import grpo, sft  # noqa: E402
+from tau_env.reference_trainers.checkpoint import INFO_FILE, latest_checkpoint, load_checkpoint, read_info  # noqa: E402
+from tau_env.reference_trainers.cpu_common import (  # noqa: E402
+    LoRALinear,
+    add_lora,
+    common_prefix_len,
+    initial_tools,
+    merged_state_dict,
+    prefix_shared_logits,
+    split_point,
+    svg_plot,
+    tokenize_sft_example,
+)
+from tau_env.reference_trainers.objectives import sft_loss  # noqa: E402
+from tau_env.reference_trainers.rollout import TokenTrajectory  # noqa: E402
+
+import tau_env  # noqa: E402
+from tau_env.sft import to_example  # noqa: E402
+
+ENV = "harbor-bank-v0"
+TASKS = ["travel_notice_simple", "found_card_unlock"]
+
+
+def _oracle_examples() -> list[dict]:
+    run = tau_env.evaluate(ENV, tau_env.OracleAgent, tau_env.ScriptedUser, task_ids=TASKS, retrieval="none")
+    return [to_example(r.to_dict()) for r in run.results]
+
+
+@pytest.fixture(scope="module")
+def examples() -> list[dict]:
+    return _oracle_examples()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, examples) -> Path:
+    """A tiny random Llama and a BPE tokenizer trained on the examples' text, saved as a model folder."""
+    from tau_env.reference_trainers.chat_templates import SMOLLM2_TOOLS_TEMPLATE
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    corpus = [json.dumps(ex) for ex in examples] * 3 + [json.dumps(ex["tools"]) for ex in examples]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=2000,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = SMOLLM2_TOOLS_TEMPLATE
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16384,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    path = tmp_path_factory.mktemp("tiny")
+    LlamaForCausalLM(cfg).save_pretrained(str(path))
+    fast.save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sft_file(tmp_path_factory, examples) -> Path:
+    path = tmp_path_factory.mktemp("data") / "sft.jsonl"
+    path.write_text("".join(json.dumps(ex) + "\n" for ex in examples), encoding="utf-8")
+    return path
+
+
+def _tok_model(tiny_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_dir)), AutoTokenizer.from_pretrained(str(tiny_dir))
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+
+def test_sft_tokens_carry_loss_exactly_on_the_trained_agent_turns(tiny_dir, examples):
+    _, tok = _tok_model(tiny_dir)
+    ex = examples[0]
+    s = tokenize_sft_example(tok, ex, tok.chat_template)
+    assert len(s.input_ids) == len(s.loss_mask) and set(s.loss_mask) == {0, 1}
+    segments, cur = [], []
+    for i, m in zip(s.input_ids, s.loss_mask, strict=True):
+        if m:
+            cur.append(i)
+        elif cur:
+            segments.append(cur)
+            cur = []
+    if cur:
+        segments.append(cur)
+    trained = [m for m, t in zip(ex["messages"], ex["train"], strict=True) if t]
+    assert len(segments) == len(trained)  # one masked run per trained turn; the greeting has none
+    assert not ex["train"][1] and ex["messages"][1]["role"] == "assistant"  # the env's greeting
+    greeting = ex["messages"][1]["content"]
+    for seg, msg in zip(segments, trained, strict=True):
+        text = tok.decode(seg)
+        assert text.endswith("<|im_end|>")
+        assert greeting not in text
+        for call in msg.get("tool_calls") or []:
+            assert call["function"]["name"] in text
+    # the prompt holds the tools the agent started with (unlocked ones are not rendered up front)
+    unlocked = {t["function"]["name"] for t in ex["tools"]} - {t["function"]["name"] for t in initial_tools(ex)}
+    assert unlocked and not any(name in tok.decode(s.input_ids[: s.loss_mask.index(1)]) for name in unlocked)
+
+
+def test_prefix_shared_forward_equals_full_forward(tiny_dir, examples):
+    model, tok = _tok_model(tiny_dir)
+    samples = [tokenize_sft_example(tok, ex, tok.chat_template) for ex in examples]
+    ids = [s.input_ids for s in samples]
+    p = split_point(ids, [s.loss_mask for s in samples])
+    assert 0 < p < common_prefix_len(ids) + 1
+    with torch.no_grad():
+        logits, valid = prefix_shared_logits(model, ids, p)
+        for b, seq in enumerate(ids):
+            full = model(torch.tensor([seq])).logits[0, p:]
+            n = len(seq) - p
+            assert int(valid[b].sum()) == n
+            torch.testing.assert_close(logits[b, :n], full, atol=1e-4, rtol=1e-4)
+
+
+def test_sft_gradient_reaches_only_agent_token_predictions(tiny_dir, examples):
+    model, tok = _tok_model(tiny_dir)
+    add_lora(model, 4, 8.0)
+    samples = [tokenize_sft_example(tok, ex, tok.chat_template) for ex in examples]
+    ids, masks = [s.input_ids for s in samples], [s.loss_mask for s in samples]
+    p = split_point(ids, masks)
+    logits, valid = prefix_shared_logits(model, ids, p)
+    logits.retain_grad()
+    width = logits.shape[1]
+    suffix = torch.tensor([i[p:] + [0] * (width - len(i) + p) for i in ids])
+    mask = torch.tensor([m[p:] + [0] * (width - len(m) + p) for m in masks]) * valid
+    loss = sft_loss(logits, suffix, mask)
+    loss.backward()
+    assert torch.isfinite(loss)
+    has_grad = logits.grad.abs().sum(-1) > 0  # [B, S]: position t predicts token t + 1
+    predicts_agent = torch.zeros_like(has_grad)
+    predicts_agent[:, :-1] = mask[:, 1:].bool()
+    assert torch.equal(has_grad, predicts_agent)
+    lora_grads = [m.lora_B.grad for m in model.modules() if isinstance(m, LoRALinear)]
+    assert all(g is not None for g in lora_grads) and any(g.abs().sum() > 0 for g in lora_grads)
+    assert all(not p.requires_grad for n, p in model.named_parameters() if "lora_" not in n)
+
+
+def test_merged_weights_give_the_lora_model_outputs(tiny_dir):
+    model, _ = _tok_model(tiny_dir)
+    plain, _ = _tok_model(tiny_dir)
+    add_lora(model, 4, 8.0)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, LoRALinear):
+                m.lora_B.normal_(0, 0.05)
+    plain.load_state_dict(merged_state_dict(model))
+    x = torch.arange(40).unsqueeze(0)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, plain(x).logits, atol=1e-4, rtol=1e-4)
+
+
+# --- the trainers end to end --------------------------------------------------------------------
+
+
+def test_one_sft_step_checkpoints_and_resume_continues(tiny_dir, sft_file, tmp_path):
+    out = tmp_path / "sft"
+    cfg = sft.SFTConfig(
+        model=str(tiny_dir), data=[str(sft_file)], out=str(out), steps=1, batch_size=2, micro_batch=2,
+        lora_rank=4, retrieval="none", progress=False,
+    )  # fmt: skip
+    first = sft.train(cfg)
+    assert first.name == "step-000001" and latest_checkpoint(out) == first
+    [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert row["step"] == 1 and row["loss"] > 0 and row["agent_tokens"] > 0 and 0 < row["agent_fraction"] < 1
+    info = read_info(first)
+    assert info["trainer"] == "sft" and info["agent"]["retrieval"] == "none" and info["lora"]["rank"] == 4
+    # reloaded for inference: a plain model folder with the trainer's template
+    ck = load_checkpoint(first)
+    assert ck.step == 1 and "<tool_call>" in ck.chat_template
+    assert not any(isinstance(m, LoRALinear) for m in ck.model.modules())
+    # resumed for training: LoRA factors back, the merged delta taken out of the base weights
+    state_before = load_checkpoint(first, for_training=True)
+    assert any(isinstance(m, LoRALinear) for m in state_before.model.modules())
+    second = sft.train(sft.SFTConfig(**{**cfg.__dict__, "steps": 2}))
+    assert second.name == "step-000002"
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["loss"] == r["loss"] for r in rows)
+    assert (out / "metrics.svg").read_text().startswith("<svg")
+
+
+def test_sft_resume_reloads_the_lora_factors(tiny_dir, sft_file, tmp_path):
+    out = tmp_path / "sft"
+    cfg = sft.SFTConfig(
+        model=str(tiny_dir), data=[str(sft_file)], out=str(out), steps=1, batch_size=1, micro_batch=1,
+        lora_rank=4, lr=1e-2, progress=False,
+    )  # fmt: skip
+    path = sft.train(cfg)
+    merged = load_checkpoint(path).model
+    again = load_checkpoint(path, for_training=True).model
+    x = torch.arange(30).unsqueeze(0)
+    with torch.no_grad():
+        torch.testing.assert_close(merged(x).logits, again(x).logits, atol=1e-4, rtol=1e-4)
+    state = torch.load(path / "trainer_state.pt", weights_only=False)
+    assert state["optimizer"]["state"] and any(v.abs().sum() > 0 for k, v in state["lora"].items() if "lora_B" in k)
+
+
+def test_one_grpo_step_on_real_rollouts(tiny_dir, tmp_path):
+    out = tmp_path / "grpo"
+    cfg = grpo.GRPOConfig(
+        model=str(tiny_dir), out=str(out), task_ids=["travel_notice_simple"], steps=1, tasks_per_step=1,
+        group_size=2, max_steps=4, max_new_tokens=6, lora_rank=4, skip_zero_signal=False, progress=False,
+    )  # fmt: skip
+    path = grpo.train(cfg)
+    assert path.name == "step-000001" and (path / INFO_FILE).is_file()
+    [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert row["episodes"] == 2 and row["groups"] == 1 and row["agent_tokens"] > 0
+    assert row["loss"] is not None and row["loss"] == row["loss"]  # finite (the group ran through grpo_loss)
+    rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 2 and all(r["reward"] is not None for r in rollouts)
+    assert read_info(path)["agent"]["retrieval"] == "none"
+    # resume: a second run to 2 steps starts from the checkpoint
+    grpo.train(grpo.GRPOConfig(**{**cfg.__dict__, "steps": 2}))
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_grpo_gradient_reaches_only_agent_tokens(tiny_dir):
+    model, tok = _tok_model(tiny_dir)
+    add_lora(model, 4, 8.0)
+    seq = tok.encode(
+        "<|im_start|>system\nhello there<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    gen = tok.encode("ok then<|im_end|>")
+    trajs = []
+    for reward, extra in ((1.0, gen), (0.0, gen[:1] + gen)):
+        ids = seq + extra + tok.encode("\n<|im_start|>user\nbye<|im_end|>")
+        mask = [0] * len(seq) + [1] * len(extra) + [0] * (len(ids) - len(seq) - len(extra))
+        trajs.append(TokenTrajectory("t", 0, ids, mask, [-1.0 * m for m in mask], reward))
+    cfg = grpo.GRPOConfig(mask_delta=10.0, is_cap=100.0)
+    logp, _ = grpo.group_logprobs(model, trajs, 2)
+    logp.retain_grad()
+    from tau_env.reference_trainers.objectives import grpo_loss
+
+    width = logp.shape[1]
+    mask = torch.tensor([t.agent_mask + [0] * (width - len(t.agent_mask)) for t in trajs])
+    roll = torch.tensor([t.rollout_logprobs + [0.0] * (width - len(t.rollout_logprobs)) for t in trajs])
+    loss, _ = grpo_loss(
+        logp, logp.detach(), roll, torch.tensor([1.0, 0.0]), mask, mask_delta=cfg.mask_delta, is_cap=cfg.is_cap
+    )
+    loss.backward()
+    assert torch.isfinite(loss) and loss.abs() > 0
+    assert torch.equal(logp.grad != 0, mask.bool())
+    full_loss, stats, _ = grpo.group_loss(model, trajs, cfg)
+    assert torch.isfinite(full_loss) and stats["advantage_std"] > 0
+
+
+def test_eval_plays_a_checkpoint_in_process(tiny_dir, sft_file, tmp_path):
+    from tau_env.cli import main
+
+    path = sft.train(
+        sft.SFTConfig(
+            model=str(tiny_dir), data=[str(sft_file)], out=str(tmp_path / "sft"), steps=1, batch_size=1,
+            micro_batch=1, lora_rank=4, retrieval="none", max_new_tokens=6, progress=False,
+        )
+    )  # fmt: skip
+    env = tau_env.make(ENV)
+    tasks = tmp_path / "tasks.json"
+    tau_env.save_tasks([t for t in env.domain.tasks if t.id == "found_card_unlock"], tasks)
+    out = tmp_path / "eval"
+    argv = ["eval", "--agent-checkpoint", str(path), "--tasks", str(tasks), "--max-steps", "4", "--out", str(out)]
+    code = main([*argv, "--quiet"])
+    assert code == 0
+    records = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in records] == ["found_card_unlock"]
+    config = json.loads((out / "config.json").read_text())
+    assert "checkpoint" in json.dumps(config)
+
+
+def test_eval_refuses_a_folder_that_is_no_checkpoint(tmp_path, capsys):
+    from tau_env.cli import main
+
+    assert main(["eval", "--agent-checkpoint", str(tmp_path), "--out", str(tmp_path / "o")]) != 0
+    assert "checkpoint" in capsys.readouterr().err
+
+
+def test_svg_plot_draws_each_metric(tmp_path):
+    rows = [{"step": i, "loss": 1.0 / i, "reward": None} for i in range(1, 5)]
+    svg = svg_plot(rows, ["loss", "reward"], tmp_path / "m.svg").read_text()
+    assert svg.count("<polyline") == 1 and ">loss<" in svg and ">reward<" in svg
