@@ -64,6 +64,7 @@ from tau_env.reference_trainers.rollout_policy import LocalTokenPolicy
 
 import tau_env
 from tau_env.error import InvalidOptionError
+from tau_env.llm.local import ReusedPrefixModel
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +226,9 @@ def train(cfg: GRPOConfig) -> Path:
         "temperature": 0.0,
         "max_new_tokens": cfg.max_new_tokens,
     }
+    generator = ReusedPrefixModel(model)  # rollouts reuse the shared prompt's keys and values
     policy = LocalTokenPolicy(
-        model,
+        generator,
         tokenizer,
         family=family,
         chat_template=template,
@@ -280,6 +282,7 @@ def train(cfg: GRPOConfig) -> Path:
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         if trained:
             optimizer.step()
+            generator.clear()  # the weights changed: cached keys and values are stale
         t2 = time.perf_counter()
         row = metrics.log(
             step + 1,

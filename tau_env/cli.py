@@ -248,7 +248,9 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
 
     max_tokens = args.max_tokens or trained.get("max_new_tokens")
     client = TransformersClient(
-        args.agent_checkpoint, sampling=Sampling(temperature=args.agent_temperature, max_tokens=max_tokens)
+        args.agent_checkpoint,
+        sampling=Sampling(temperature=args.agent_temperature, max_tokens=max_tokens),
+        reuse_prefix=True,
     )
     record = {
         "path": str(args.agent_checkpoint),

@@ -19,6 +19,78 @@ from tau_env.error import DependencyNotInstalled, InvalidOptionError
 from tau_env.llm.client import Sampling, Usage
 
 
+class ReusedPrefixModel:
+    """A causal LM whose ``generate`` reuses the key/value cache of earlier generations.
+
+    Every tau_env prompt of a run starts with the same system prompt and tool schemas, and each
+    agent turn's prompt extends the previous turn's sequence: recomputing those thousands of tokens
+    per turn dominates generation on a CPU. This wrapper keeps the caches of the last ``slots``
+    generations with their token ids; a new prompt resumes from the one sharing its longest token
+    prefix (cropped to it), so only the new tokens are run. Other attributes are the model's.
+
+    Outputs equal plain ``generate``'s up to floating-point rounding (cached keys and values are
+    computed incrementally). Batch size 1 only (other calls go to the plain ``generate``). Call
+    :meth:`clear` after the weights change (a training step).
+    """
+
+    def __init__(self, model: Any, slots: int = 4, min_reuse: int = 16):
+        import inspect
+
+        self.model = model
+        self.slots, self.min_reuse = slots, min_reuse
+        self._entries: list[tuple[list[int], Any]] = []  # (token ids the cache holds, cache), newest last
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.reused_tokens = self.computed_tokens = 0
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the model's
+        return getattr(self.__dict__["model"], name)
+
+    def eval(self) -> ReusedPrefixModel:
+        self.model.eval()
+        return self
+
+    def train(self, mode: bool = True) -> ReusedPrefixModel:
+        self.model.train(mode)
+        return self
+
+    def clear(self) -> None:
+        """Forget every cache (after the weights change)."""
+        self._entries.clear()
+
+    def generate(self, input_ids: Any = None, attention_mask: Any = None, **kwargs: Any) -> Any:
+        from transformers import DynamicCache
+
+        if input_ids is None or input_ids.shape[0] != 1 or self._cache_kw in kwargs:
+            return self.model.generate(input_ids, attention_mask=attention_mask, **kwargs)
+        ids = input_ids[0].tolist()
+        best, best_len = None, 0
+        for i, (held, _) in enumerate(self._entries):
+            n = 0
+            for a, b in zip(held, ids):
+                if a != b:
+                    break
+                n += 1
+            if n > best_len:
+                best, best_len = i, n
+        keep = min(best_len, len(ids) - 1)
+        if best is not None and keep >= self.min_reuse:
+            _, cache = self._entries.pop(best)
+            extra = cache.get_seq_length() - keep
+            if extra > 0:
+                cache.crop(-extra)  # a negative count removes that many tokens (every transformers version)
+        else:
+            cache, keep = DynamicCache(config=self.model.config), 0
+        self.reused_tokens += keep
+        self.computed_tokens += len(ids) - keep
+        out = self.model.generate(input_ids, attention_mask=attention_mask, **{self._cache_kw: cache}, **kwargs)
+        sequences = out.sequences if hasattr(out, "sequences") else out
+        held = sequences[0].tolist()[: cache.get_seq_length()]
+        self._entries.append((held, cache))
+        del self._entries[: -self.slots]
+        return out
+
+
 class TransformersClient:
     """Chat completions from a local causal LM.
 
@@ -26,9 +98,19 @@ class TransformersClient:
         model: A model folder (or a loaded ``PreTrainedModel``).
         tokenizer: A tokenizer with a chat template; loaded from ``model`` when it is a folder.
         sampling: Temperature (0 is greedy) and the per-turn token cap.
+        reuse_prefix: Resume each generation from the key/value cache of an earlier one sharing its
+            prompt's start (:class:`ReusedPrefixModel`): the shared system prompt and the episode so
+            far are not recomputed every turn.
     """
 
-    def __init__(self, model: str | Path | Any, tokenizer: Any = None, *, sampling: Sampling | None = None):
+    def __init__(
+        self,
+        model: str | Path | Any,
+        tokenizer: Any = None,
+        *,
+        sampling: Sampling | None = None,
+        reuse_prefix: bool = False,
+    ):
         try:
             import torch
             import transformers
@@ -49,6 +131,8 @@ class TransformersClient:
                 "model's folder instead."
             )
         self.model = model.eval()
+        if reuse_prefix and not isinstance(self.model, ReusedPrefixModel):
+            self.model = ReusedPrefixModel(self.model)
         self.tokenizer = tokenizer
         self.sampling = sampling or Sampling()
         self._lock = threading.Lock()

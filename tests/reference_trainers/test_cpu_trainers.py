@@ -312,3 +312,21 @@ def test_svg_plot_draws_each_metric(tmp_path):
     rows = [{"step": i, "loss": 1.0 / i, "reward": None} for i in range(1, 5)]
     svg = svg_plot(rows, ["loss", "reward"], tmp_path / "m.svg").read_text()
     assert svg.count("<polyline") == 1 and ">loss<" in svg and ">reward<" in svg
+
+
+def test_reused_prefix_generation_equals_plain_generation(tiny_dir, examples):
+    from tau_env.llm.local import ReusedPrefixModel
+
+    model, tok = _tok_model(tiny_dir)
+    model.eval()
+    reuse = ReusedPrefixModel(model, slots=2, min_reuse=4)
+    msgs = examples[0]["messages"]
+    for k in (3, 5, 7, 3):  # growing prompts of one episode, then the start again
+        text = tok.apply_chat_template(msgs[:k], tools=examples[0]["tools"], add_generation_prompt=True, tokenize=False)
+        ids = torch.tensor([tok.encode(text)])
+        kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
+        with torch.no_grad():
+            plain = model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+            cached = reuse.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+        assert cached.tolist() == plain.tolist()
+    assert reuse.reused_tokens > reuse.computed_tokens  # most of each prompt came from a cache
