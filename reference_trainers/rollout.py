@@ -296,7 +296,7 @@ class TrajectoryBuilder:
         """
         if not self._started:
             return self.start(messages)
-        if tools is not None and self.tools is not None and list(tools) != self.tools:
+        if tools is not None and list(tools) != (self.tools or []):
             self.info["tools_changed"] = True
         n = len(self.messages)
         generated = self._pending is not None

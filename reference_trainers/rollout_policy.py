@@ -15,7 +15,9 @@ decoded text becomes the action (:func:`~tau_env.reference_trainers.rollout.pars
 The recorded log-probabilities are, by default, the model's own distribution at temperature 1
 before any truncation (``logprobs_mode="raw"``, vLLM's default ``raw_logprobs``): what a trainer
 computes as pi_old from the same logits. ``logprobs_mode="processed"`` records the sampling
-distribution instead (after temperature and top-p; vLLM's ``processed_logprobs``).
+distribution instead (after temperature and top-p; vLLM's ``processed_logprobs``). A server
+decides this itself (vLLM's ``--logprobs-mode``): for :class:`ServerTokenPolicy` the setting only
+records what the server was started with.
 
 A policy is copied per episode by :func:`tau_env.aevaluate`; the copies share the model (or the
 connection) and one list of episodes, so :meth:`TokenPolicy.trajectories` sees them all. Pass the
@@ -242,8 +244,8 @@ class LocalTokenPolicy(TokenPolicy):
             max_new_tokens=max_new_tokens,
             do_sample=sample,
             temperature=self.temperature if sample else None,
-            top_p=self.top_p if sample else None,
-            top_k=None,
+            top_p=(self.top_p if self.top_p is not None else 1.0) if sample else None,
+            top_k=0 if sample else None,  # off: transformers would otherwise keep only the top 50
             eos_token_id=stops or None,
             pad_token_id=pad,
             return_dict_in_generate=True,

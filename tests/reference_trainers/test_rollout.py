@@ -351,6 +351,38 @@ def test_local_policy_plays_an_episode_with_a_random_model(qwen_tok, tiny_model)
     assert torch.allclose(lp[mask], recorded[mask], atol=1e-4)
 
 
+def test_processed_logprobs_are_the_sampling_distributions(qwen_tok, tiny_model):
+    policy = LocalTokenPolicy(
+        tiny_model, qwen_tok, family="qwen", temperature=0.5, max_new_tokens=6, logprobs_mode="processed"
+    )
+    result = _episode(policy, seed=5, user=_chatty_user)
+    [t] = policy.trajectories([result])
+    with torch.no_grad():
+        logits = tiny_model(torch.tensor([t.input_ids])).logits[0].float() / 0.5
+    lp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(t.input_ids[1:])[:, None])[:, 0]
+    mask = torch.tensor(t.agent_mask[1:], dtype=torch.bool)
+    assert mask.sum() >= 3
+    assert torch.allclose(lp[mask], torch.tensor(t.rollout_logprobs[1:])[mask], atol=1e-4)
+    with pytest.raises(InvalidOptionError, match="logprobs_mode"):
+        LocalTokenPolicy(tiny_model, qwen_tok, logprobs_mode="scaled")
+
+
+@pytest.mark.slow
+def test_local_policy_with_smollm2_records_its_own_logprobs(smol_tok):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(SMOLLM2), local_files_only=True, dtype=torch.float32)
+    policy = LocalTokenPolicy(model, smol_tok, family="smollm2", temperature=0.0, max_new_tokens=8)
+    result = _episode(policy)
+    [t] = policy.trajectories([result])
+    assert t.info["turns"] >= 1 and len(t.input_ids) == len(t.agent_mask)
+    with torch.no_grad():
+        logits = model(torch.tensor([t.input_ids])).logits[0].float()
+    lp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(t.input_ids[1:])[:, None])[:, 0]
+    mask = torch.tensor(t.agent_mask[1:], dtype=torch.bool)
+    assert torch.allclose(lp[mask], torch.tensor(t.rollout_logprobs[1:])[mask], atol=1e-3)
+
+
 class ScriptedTokens(TokenPolicy):
     """A generator that emits scripted texts' tokens (with the end-of-turn token), log-probability -0.25 each."""
 
