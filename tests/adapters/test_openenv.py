@@ -315,3 +315,39 @@ def test_an_llm_user_plays_inside_the_server(tiny_id):
     expected = TauEnv(make_domain())
     run_episode(expected, OracleAgent(), ScriptedUser(), "restock")
     assert expected.episode_reward == 1.0
+
+
+# --- the command line ------------------------------------------------------------------------------
+def serve_parser():
+    from tau_env.adapters.serve_cli import add_parser
+
+    from tau_env.cli import Parser
+
+    root = Parser(prog="tau-env")
+    add_parser(root.add_subparsers(dest="command", parser_class=Parser))
+    return root
+
+
+def test_cli_defaults_to_loopback_and_has_no_token_flag(capsys):
+    from tau_env.adapters.serve_cli import options
+
+    args = serve_parser().parse_args(["serve", "harbor-bank-v0"])
+    assert args.host == "127.0.0.1"
+    with pytest.raises(SystemExit):
+        serve_parser().parse_args(["serve", "harbor-bank-v0", "--token", TOKEN])
+    args = serve_parser().parse_args(["serve", "harbor-bank-v0", "--host", "0.0.0.0", "--max-sessions", "3"])
+    with pytest.raises(AdapterError, match="needs a token"):
+        options(args)
+
+
+def test_cli_reads_the_token_from_the_environment(monkeypatch, tmp_path):
+    from tau_env.adapters.serve_cli import options
+
+    monkeypatch.setenv("TAU_ENV_SERVE_TOKEN", TOKEN)
+    args = serve_parser().parse_args(["serve", "harbor-bank-v0", "--host", "0.0.0.0", "--max-tool-calls", "4"])
+    kw = options(args)
+    assert kw["token"] == TOKEN and kw["limits"].max_tool_calls == 4
+    f = tmp_path / "tok"
+    f.write_text("another-token-0123456789")
+    args = serve_parser().parse_args(["serve", "harbor-bank-v0", "--token-file", str(f)])
+    assert options(args)["token"] == "another-token-0123456789"
