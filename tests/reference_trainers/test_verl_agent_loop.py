@@ -1,0 +1,174 @@
+"""veRL's real AgentLoopWorker runs tau_env episodes through the tau_agent loop against a scripted
+token server: masks 1 exactly on generated tokens, the engine's log-probabilities kept, the grader's
+reward in rm_scores. Runs only where veRL is installed (its own venv); skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("verl.experimental.agent_loop.agent_loop")
+
+import numpy as np  # noqa: E402
+from tau_env.reference_trainers import verl_data, verl_plugins  # noqa: E402
+from tau_env.reference_trainers.verl_agent_loop import TauAgentLoop, VerlTokenPolicy, to_output  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, _agent_loop_registry  # noqa: E402
+from verl.protocol import DataProto  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+from verl_helpers import CONFIGS, tiny_model_dir  # noqa: E402
+
+import tau_env  # noqa: E402
+from tau_env.error import InvalidOptionError  # noqa: E402
+from tests.conftest import make_domain  # noqa: E402
+
+UNLOCK = '<tool_call>\n{"name": "unlock_tool", "arguments": {"tool_name": "secret_restock_1234"}}\n</tool_call>'
+RESTOCK = '<tool_call>\n{"name": "secret_restock_1234", "arguments": {"item_id": "widget"}}\n</tool_call>'
+GOOD = [UNLOCK, RESTOCK, "Done: the widget is restocked."]
+BAD = ["I cannot help with that."]
+LOGPROB = -0.25
+
+
+class ScriptedServer:
+    """veRL's server manager, scripted: each episode (request id) gets the next script, turn by turn."""
+
+    def __init__(self, tokenizer, scripts):
+        self.tok, self.todo, self.scripts, self.calls = tokenizer, list(scripts), {}, []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        if request_id not in self.scripts:
+            self.scripts[request_id] = list(self.todo.pop(0))
+        script = self.scripts[request_id]
+        text = script.pop(0) if script else "Is there anything else?"
+        ids = self.tok.encode(text + "<|im_end|>", add_special_tokens=False)[: sampling_params["max_tokens"]]
+        self.calls.append((request_id, list(prompt_ids), dict(sampling_params)))
+        return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_qwen")
+    return path, tiny_model_dir(path)
+
+
+def _config(model_dir, response_length=2048):
+    return verl_plugins.compose_config(
+        str(CONFIGS),
+        "tau_grpo",
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "actor_rollout_ref.rollout.name=vllm",
+            "data.max_prompt_length=4096",
+            f"data.max_response_length={response_length}",
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={CONFIGS / 'tau_agent_loop.yaml'}",
+        ],
+    )
+
+
+def _run(cfg, server, rows):
+    async def main():
+        worker = AgentLoopWorker(cfg, llm_client=server)
+        nt = {k: np.array([r[k] for r in rows], dtype=object) for k in ("agent_name", "data_source", "reward_model")}
+        nt["extra_info"] = np.empty(len(rows), dtype=object)
+        nt["extra_info"][:] = [r["extra_info"] for r in rows]
+        nt["raw_prompt"] = np.empty(len(rows), dtype=object)
+        nt["raw_prompt"][:] = [r["prompt"] for r in rows]
+        nt["index"] = np.array([r["extra_info"]["index"] for r in rows], dtype=object)
+        return await worker.generate_sequences(DataProto(non_tensor_batch=nt, meta_info={}))
+
+    with tau_env.registry.scoped():
+        tau_env.register("tiny-v0", make_domain)
+        return asyncio.run(main())
+
+
+def test_the_loop_is_registered():
+    assert "tau_agent" in _agent_loop_registry
+    assert _agent_loop_registry["tau_agent"]["_target_"].endswith("verl_agent_loop.TauAgentLoop")
+    verl_plugins.require_registered()
+
+
+def test_worker_runs_episodes_with_masks_logprobs_and_rewards(model):
+    path, tok = model
+    cfg = _config(path)
+    server = ScriptedServer(tok, [GOOD, BAD])
+    with tau_env.registry.scoped():
+        tau_env.register("tiny-v0", make_domain)
+        rows = verl_data.rl_rows("tiny-v0", task_ids=["restock"]) * 2
+    out = _run(cfg, server, rows)
+    b = out.batch
+    prompt_len = cfg.actor_rollout_ref.rollout.prompt_length
+    # the grader's reward, on the last response token
+    assert b["rm_scores"].sum(-1).tolist() == [1.0, 0.0]
+    assert list(out.non_tensor_batch["acc"]) == [1.0, 0.0]
+    for i, script in enumerate([GOOD, BAD]):
+        resp, mask = b["responses"][i], b["response_mask"][i].bool()
+        n = int(b["attention_mask"][i, prompt_len:].sum())
+        assert b["rm_scores"][i, n - 1] == b["rm_scores"][i].sum()
+        # mask 1 exactly on what the server generated, in order, one server call per scripted turn
+        rid = list(server.scripts)[i]
+        calls = [c for c in server.calls if c[0] == rid]
+        expected = "".join(t + "<|im_end|>" for t in script)
+        assert tok.decode(resp[mask]) == expected
+        assert len(calls) == len(script)
+        # the engine's log-probabilities on generated tokens, 0 elsewhere
+        lp = b["rollout_log_probs"][i]
+        assert (lp[mask] == LOGPROB).all() and (lp[~mask] == 0).all()
+        # the full sequence is the prompt the server last saw, then its reply
+        last_prompt = calls[-1][1]
+        seq = b["input_ids"][i][b["attention_mask"][i].bool()].tolist()
+        assert seq[: len(last_prompt)] == last_prompt
+    text = tok.decode(b["responses"][0][b["attention_mask"][0, prompt_len:].bool()])
+    assert "<tool_response>\nrestocked\n</tool_response>" in text  # the tool ran in the env, mask 0
+    assert all(p["logprobs"] is True and p["max_tokens"] >= 1 for _, _, p in server.calls)
+
+
+def test_turns_are_capped_by_the_response_budget(model):
+    path, tok = model
+    long = ["word " * 400] * 5
+    server = ScriptedServer(tok, [long])
+    with tau_env.registry.scoped():
+        tau_env.register("tiny-v0", make_domain)
+        rows = verl_data.rl_rows("tiny-v0", task_ids=["restock"])
+    cfg = _config(path, response_length=300)
+    out = _run(cfg, server, rows)
+    assert int(out.batch["response_mask"].sum()) <= 300
+    assert sum(len(tok.encode(t, add_special_tokens=False)) for t in long) > 300
+    first_prompt = len(server.calls[0][1])
+    assert all(len(p) + c["max_tokens"] <= first_prompt + 300 for _, p, c in server.calls)
+
+
+def test_to_output_refuses_a_prompt_holding_generated_tokens():
+    from tau_env.reference_trainers.rollout import TokenTrajectory
+
+    t = TokenTrajectory("t", 0, [1, 2, 3, 4], [0, 1, 1, 0], [0.0, -1.0, -1.0, 0.0], 1.0, [], {"turns": 1})
+    out = to_output(t, 1, 10, 1.0)
+    assert out.response_mask == [1, 1, 0] and out.prompt_ids == [1] and out.reward_score == 1.0
+    with pytest.raises(InvalidOptionError, match="generated tokens"):
+        to_output(t, 2, 10, 1.0)
+    short = to_output(t, 1, 2, 0.0)
+    assert short.response_ids == [2, 3] and short.extra_fields["reward_extra_info"]["truncated"] == 1.0
+
+
+def test_missing_logprobs_are_refused(model):
+    _, tok = model
+
+    class NoLogprobs:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kw):
+            return TokenOutput(token_ids=[1, 2], log_probs=None)
+
+    policy = VerlTokenPolicy(tok, NoLogprobs(), sampling_params={"temperature": 1.0}, response_length=100)
+    with pytest.raises(InvalidOptionError, match="calculate_log_probs"):
+        asyncio.run(policy._generate([1, 2, 3], 10, 0))
+
+
+def test_llm_user_needs_a_model():
+    loop = TauAgentLoop.__new__(TauAgentLoop)
+    loop.user_kind, loop.user_model = "llm", None
+    spec = verl_data.EpisodeSpec(env_id="harbor-bank-v0", task_id="x")
+    with pytest.raises(InvalidOptionError, match="user_model"):
+        loop._user(spec)
+    loop.user_kind = "nobody"
+    with pytest.raises(InvalidOptionError, match="scripted"):
+        loop._user(spec)

@@ -1,0 +1,109 @@
+"""Parquet for veRL: SFT rows from export-sft examples read back by the TauSFTDataset (veRL's
+MultiTurnSFTDataset, loss only on the agent's own turns), and RL rows of tasks read back into the
+episode the agent loop plays. Runs only where veRL is installed; skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("pyarrow")
+
+import pandas as pd  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from tau_env.reference_trainers import verl_data as vd  # noqa: E402
+from tau_env.reference_trainers.verl_agent_loop import make_env  # noqa: E402
+from verl_helpers import tiny_tokenizer  # noqa: E402
+
+import tau_env  # noqa: E402
+from tau_env.error import InvalidOptionError, TaskFileError  # noqa: E402
+from tau_env.sft import to_example  # noqa: E402
+
+ENV_ID, TASK = "harbor-bank-v0", "update_email_and_phone"
+
+
+@pytest.fixture(scope="module")
+def example():
+    env = tau_env.make(ENV_ID)
+    r = tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id=TASK)
+    assert r.reward == 1.0
+    return to_example(r.to_dict())
+
+
+def test_sft_parquet_round_trip_and_loss_only_on_trained_turns(example, tmp_path):
+    src = tmp_path / "sft.jsonl"
+    src.write_text(json.dumps(example) + "\n\n" + json.dumps(example) + "\n", encoding="utf-8")
+    assert vd.main(["sft", str(src), str(tmp_path / "sft.parquet")]) == 0
+    df = pd.read_parquet(tmp_path / "sft.parquet")
+    assert len(df) == 2
+    assert json.loads(df["messages_json"][0]) == example["messages"]
+    assert json.loads(df["tools_json"][0]) == example["tools"]
+    assert list(df["train"][0]) == example["train"]
+
+    tok = tiny_tokenizer()
+    cfg = OmegaConf.create({"max_length": 50000, "pad_mode": "no_padding", "truncation": "error"})
+    ds = vd.TauSFTDataset(parquet_files=str(tmp_path / "sft.parquet"), tokenizer=tok, config=cfg)
+    assert len(ds) == 2
+    item = ds[0]
+    ids, loss = item["input_ids"], item["loss_mask"].bool()
+    trained = tok.decode(ids[loss])
+    greeting = example["messages"][1]["content"]
+    assert example["messages"][1]["role"] == "assistant" and not example["train"][1]
+    assert greeting not in trained  # the env's greeting: context, no loss
+    for m, flag in zip(example["messages"], example["train"], strict=True):
+        if flag and m.get("content"):
+            assert m["content"] in trained  # every trained turn's text carries loss
+        if m["role"] in ("user", "tool", "system") and m.get("content") and len(m["content"]) > 20:
+            assert m["content"] not in trained
+    # the whole conversation is in the input (the context stays)
+    assert greeting in tok.decode(ids)
+
+
+def test_sft_rows_refuse_bad_examples(tmp_path):
+    with pytest.raises(InvalidOptionError, match="export-sft"):
+        vd.read_sft_jsonl(tmp_path / "none.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "x"}], "train": [true, false]}\n', encoding="utf-8")
+    with pytest.raises(InvalidOptionError, match="one each"):
+        vd.read_sft_jsonl(bad)
+    row = vd.sft_row({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
+    assert row["train"] == [False, True]
+
+
+def test_rl_rows_of_the_env_tasks_round_trip(tmp_path):
+    rows = vd.rl_rows(ENV_ID, task_ids=[TASK, "lost_card_standard_shipping"], seed=7)
+    assert vd.write_rl_parquet(rows, tmp_path / "rl.parquet") == 2
+    df = pd.read_parquet(tmp_path / "rl.parquet")
+    assert list(df["agent_name"]) == ["tau_agent", "tau_agent"]
+    assert list(df["data_source"]) == [f"tau_env/{ENV_ID}"] * 2
+    spec = vd.episode_spec(df["extra_info"][0])
+    assert (spec.env_id, spec.task_id, spec.seed, spec.task, spec.make_kwargs) == (ENV_ID, TASK, 7, None, {})
+    assert df["extra_info"][1]["index"] == 1
+    env = make_env(spec)
+    r = tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id=spec.task_id)
+    assert r.reward == 1.0
+
+
+def test_rl_rows_embed_tasks_of_a_file(tmp_path):
+    domain = tau_env.registry.load_domain(ENV_ID)
+    task = domain.task_index[TASK].model_copy(update={"id": "synth_0001"})
+    tau_env.save_tasks([task], tmp_path / "tasks.jsonl")
+    assert vd.main(["rl", ENV_ID, str(tmp_path / "rl.parquet"), "--tasks", str(tmp_path / "tasks.jsonl")]) == 0
+    df = pd.read_parquet(tmp_path / "rl.parquet")
+    spec = vd.episode_spec(df["extra_info"][0])
+    assert spec.task_id == "synth_0001" and spec.task["id"] == "synth_0001"
+    env = make_env(spec)  # the row alone is enough: no task file on the worker
+    r = tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id="synth_0001")
+    assert r.reward == 1.0
+    with pytest.raises(TaskFileError, match="nope"):
+        vd.rl_rows(ENV_ID, task_ids=["nope"])
+
+
+def test_episode_spec_names_what_is_missing():
+    with pytest.raises(InvalidOptionError, match="extra_info"):
+        vd.episode_spec(None)
+    with pytest.raises(InvalidOptionError, match="task_id"):
+        vd.episode_spec({"env_id": ENV_ID})

@@ -1,0 +1,188 @@
+"""tau_env's veRL plugin: the LOO estimators through veRL's own compute_advantage against
+objectives.py, the rollout-correction mapping against objectives.grpo_loss, the config overlay composed
+on veRL's base config, and the start-up check. Runs only where veRL is installed; skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("verl")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from tau_env.reference_trainers import verl_plugins as vp  # noqa: E402
+from tau_env.reference_trainers.objectives import group_loo_advantages, grpo_loss, rollout_mask  # noqa: E402
+from verl.protocol import DataProto  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask  # noqa: E402
+from verl_helpers import CONFIGS  # noqa: E402
+
+
+def _batch(rewards, groups, mask):
+    n, t = mask.shape
+    tlr = torch.zeros(n, t)
+    tlr[:, -1] = torch.tensor(rewards, dtype=torch.float32)
+    data = DataProto.from_dict(tensors={"token_level_rewards": tlr, "response_mask": mask})
+    data.non_tensor_batch["uid"] = np.array(groups, dtype=object)
+    return data
+
+
+def test_registered_names():
+    assert all(vp.registered().values())
+    assert core_algos.get_adv_estimator_fn("tau_loo") is vp.compute_tau_loo_advantage
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from([0.0, 1.0, 0.5]), min_size=2, max_size=6), min_size=1, max_size=4),
+    st.integers(0, 2**16),
+)
+def test_tau_loo_through_verl_compute_advantage_equals_objectives(groups, seed):
+    rewards = [r for g in groups for r in g]
+    uids = [f"task{k}" for k, g in enumerate(groups) for _ in g]
+    gen = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(len(rewards), 7, generator=gen) > 0.4).long()
+    out = compute_advantage(_batch(rewards, uids, mask), adv_estimator="tau_loo", config=None)
+    expected = group_loo_advantages(torch.tensor(rewards), uids)
+    assert torch.allclose(out.batch["advantages"], expected.unsqueeze(-1) * mask, atol=1e-6)
+    assert (out.batch["advantages"][mask == 0] == 0).all()  # only agent tokens carry an advantage
+
+
+def test_equal_rewards_give_zero_advantage():
+    mask = torch.ones(8, 5, dtype=torch.long)
+    for name in vp.ESTIMATORS:
+        out = compute_advantage(_batch([1.0] * 8, ["a"] * 8, mask), adv_estimator=name, config=None)
+        assert (out.batch["advantages"] == 0).all()
+
+
+def test_hand_computed_group():
+    # rewards (1, 0, 0, 0): b(1) = 0, sigma(1) = 0 -> A = 1; b(2) = 1/3, sigma = sqrt(2)/3 -> A = -1/sqrt(2)
+    mask = torch.ones(4, 3, dtype=torch.long)
+    out = compute_advantage(_batch([1, 0, 0, 0], ["a"] * 4, mask), adv_estimator="tau_loo", config=None)
+    a = out.batch["advantages"][:, 0]
+    assert a[0].item() == pytest.approx(1.0) and a[1].item() == pytest.approx(-(2**-0.5))
+
+
+def _verl_loss(new, old, roll, rewards, uids, mask, estimator="tau_loo_group", is_cap=2.0, delta=0.1):
+    from verl.workers.config import FSDPActorConfig
+
+    rc = vp.rollout_correction(is_cap, delta)
+    w, kept_mask, _ = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=old,
+        rollout_log_prob=roll,
+        response_mask=mask,
+        rollout_is=rc["rollout_is"],
+        rollout_is_threshold=rc["rollout_is_threshold"],
+        rollout_is_batch_normalize=False,
+        rollout_rs=rc["rollout_rs"],
+        rollout_rs_threshold=rc["rollout_rs_threshold"],
+    )
+    out = compute_advantage(_batch(rewards, uids, kept_mask), adv_estimator=estimator, config=None)
+    cfg = FSDPActorConfig(
+        strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=4, ppo_mini_batch_size=4, clip_ratio=0.2,
+        clip_ratio_c=1e9, loss_agg_mode="token-mean",
+    )  # fmt: skip
+    loss, _ = core_algos.get_policy_loss_fn("vanilla")(
+        old_log_prob=old,
+        log_prob=new,
+        advantages=out.batch["advantages"],
+        response_mask=kept_mask,
+        loss_agg_mode="token-mean",
+        config=cfg,
+        rollout_is_weights=w.batch["rollout_is_weights"],
+    )
+    return loss, kept_mask
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_verl_loss_with_our_mapping_equals_grpo_loss_averaged_over_groups(seed):
+    g, k, t = 4, 3, 12
+    gen = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(g * k, t, generator=gen) > 0.3).long()
+    mask[:, 0] = 1
+    old = -torch.rand(g * k, t, generator=gen)
+    roll = old + 0.02 * torch.randn(g * k, t, generator=gen)  # inside the mask's band: no rollout masked
+    roll[:, 3] = old[:, 3] - 1.0  # a token whose IS weight e > C = 2 is truncated
+    new = (old + 0.1 * torch.randn(g * k, t, generator=gen)).requires_grad_(True)
+    rewards = torch.randint(0, 2, (g * k,), generator=gen).float()
+    uids = [f"u{i // g}" for i in range(g * k)]
+    loss, kept = _verl_loss(new, old, roll, rewards.tolist(), uids, mask, delta=0.9)
+    assert kept.sum() == mask.sum()
+    ref = torch.stack(
+        [grpo_loss(new[s : s + g], old[s : s + g], roll[s : s + g], rewards[s : s + g], mask[s : s + g],
+                   mask_delta=0.9)[0] for s in range(0, g * k, g)]
+    ).mean()  # fmt: skip
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5, abs=1e-7)
+    (gv,) = torch.autograd.grad(loss, new)
+    (gr,) = torch.autograd.grad(ref, new)
+    assert torch.allclose(gv, gr, atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(-0.3, 0.3), st.sampled_from([0.05, 0.1, 0.2]))
+def test_verl_rollout_rejection_is_our_rollout_mask(shift, delta):
+    t = 6
+    mask = torch.ones(1, t, dtype=torch.long)
+    old = torch.full((1, t), -1.0)
+    roll = old - shift  # mean log w = shift
+    rc = vp.rollout_correction(2.0, delta)
+    _, kept, _ = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=old, rollout_log_prob=roll, response_mask=mask, rollout_is="token",
+        rollout_is_threshold=2.0, rollout_rs=rc["rollout_rs"], rollout_rs_threshold=rc["rollout_rs_threshold"],
+    )  # fmt: skip
+    ours = rollout_mask(old, roll, mask, delta)
+    near_bound = min(abs(shift - np.log(1 + delta)), abs(shift - np.log(1 - delta))) < 1e-5
+    if not near_bound:
+        assert bool(kept.sum() > 0) == bool(ours[0] == 1)
+
+
+def test_config_overlay_composes_on_verls_base():
+    cfg = vp.compose_config(str(CONFIGS), "tau_grpo", ["actor_rollout_ref.model.path=/nowhere"])
+    assert cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.data.train_batch_size == 64 == cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    assert cfg.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(2e-6)
+    assert cfg.algorithm.adv_estimator == "tau_loo_group"
+    rc = cfg.algorithm.rollout_correction
+    assert (rc.rollout_is, rc.rollout_is_threshold, rc.rollout_rs) == ("token", 2.0, "seq_mean_k1")
+    assert rc.rollout_rs_threshold == vp.rollout_correction(2.0, 0.1)["rollout_rs_threshold"]
+    # veRL's own keys are still there (the overlay only overrides)
+    assert cfg.actor_rollout_ref.rollout.prompt_length == cfg.data.max_prompt_length
+    assert "critic" in cfg and "reward" in cfg
+    vp.check_config(cfg, is_cap=2.0, mask_delta=0.1)
+
+
+def test_sft_overlay_composes():
+    cfg = vp.compose_config(str(CONFIGS), "tau_sft")
+    assert cfg.optim.lr == pytest.approx(5e-5)
+    assert cfg.data.custom_cls.name == "TauSFTDataset"
+    assert cfg.data.custom_cls.path == "pkg://tau_env.reference_trainers.verl_data"
+
+
+def test_check_config_names_what_is_wrong():
+    cfg = vp.compose_config(
+        str(CONFIGS), "tau_grpo", ["algorithm.adv_estimator=grpo", "algorithm.rollout_correction.rollout_rs=null"]
+    )
+    with pytest.raises(vp.PluginNotRegistered, match="adv_estimator is 'grpo'.*rollout_rs=None"):
+        vp.check_config(cfg)
+    cfg = vp.compose_config(str(CONFIGS), "tau_grpo", ["algorithm.rollout_correction.rollout_is_threshold=3.0"])
+    with pytest.raises(vp.PluginNotRegistered, match="rollout_is_threshold is 3.0"):
+        vp.check_config(cfg, is_cap=2.0)
+
+
+def test_start_up_check_raises_when_unregistered(monkeypatch):
+    monkeypatch.delitem(core_algos.ADV_ESTIMATOR_REGISTRY, "tau_loo_group")
+    with pytest.raises(vp.PluginNotRegistered, match="tau_loo_group.*VERL_USE_EXTERNAL_MODULES"):
+        vp.require_registered()
+
+
+def test_correction_settings_reject_bad_numbers():
+    with pytest.raises(Exception, match="is_cap"):
+        vp.rollout_correction(0.0, 0.1)
+    with pytest.raises(Exception, match="mask_delta"):
+        vp.rollout_correction(2.0, -1.0)
+    assert vp.rollout_correction(2.0, 1.5)["rollout_rs_threshold"].endswith("_1e+30")
