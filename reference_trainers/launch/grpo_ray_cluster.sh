@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GRPO on tau_env tasks across a Ray cluster, submitted with Ray's job API to veRL's launcher.
+#
+# On the head node:    ray start --head --dashboard-host=0.0.0.0
+# On each worker node: ray start --address=<head>:6379
+# (every node needs the same environment: verl==0.9.1 with its vllm extra, tau-env, the model and the data
+#  at the same paths, or on shared storage)
+# Then, from any machine that reaches the head's dashboard:
+#
+#   RAY_ADDRESS=http://<head>:8265 MODEL=/shared/model TRAIN=/shared/rl.parquet NNODES=4 [GPUS=8] \
+#     reference_trainers/launch/grpo_ray_cluster.sh [more Hydra overrides]
+set -euo pipefail
+: "${RAY_ADDRESS:?set RAY_ADDRESS to the head node dashboard, e.g. http://10.0.0.1:8265}"
+: "${MODEL:?set MODEL to a model folder every node can read}"
+: "${TRAIN:?set TRAIN to an RL parquet every node can read}"
+: "${NNODES:?set NNODES to the number of GPU nodes}"
+CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
+PY="${PYTHON:-python}"
+PLUGIN="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"
+
+ARGS=(
+  actor_rollout_ref.model.path="$MODEL"
+  data.train_files="$TRAIN"
+  data.val_files="${VAL:-$TRAIN}"
+  actor_rollout_ref.rollout.name=vllm
+  actor_rollout_ref.rollout.agent.agent_loop_config_path="$CONFIGS/tau_agent_loop.yaml"
+  trainer.nnodes="$NNODES"
+  trainer.n_gpus_per_node="${GPUS:-8}"
+  "$@"
+)
+VERL_USE_EXTERNAL_MODULES="$PLUGIN" "$PY" -m tau_env.reference_trainers.verl_plugins \
+  --config-dir "$CONFIGS" --config-name tau_grpo -- "${ARGS[@]}"
+exec ray job submit --address="$RAY_ADDRESS" \
+  --runtime-env-json="{\"env_vars\": {\"VERL_USE_EXTERNAL_MODULES\": \"$PLUGIN\"}}" \
+  -- "$PY" -m verl.trainer.main_ppo --config-path "$CONFIGS" --config-name tau_grpo "${ARGS[@]}"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# SFT on tau_env teacher trajectories, one GPU node, with veRL's own trainer (torchrun -m verl.trainer.sft_trainer).
+#
+#   MODEL=/path/to/hf_model TRAIN=sft.parquet [GPUS=8] reference_trainers/launch/sft_single_node.sh [overrides]
+#
+# Data: tau-env export-sft RUN --jsonl sft.jsonl (or a synthesis run's sft/sft.jsonl), then
+#       python -m tau_env.reference_trainers.verl_data sft sft.jsonl sft.parquet
+# Several nodes: torchrun --nnodes=N --node_rank=R --master_addr=... with the same arguments on each.
+set -euo pipefail
+: "${MODEL:?set MODEL to a Hugging Face model folder or id}"
+: "${TRAIN:?set TRAIN to an SFT parquet}"
+CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
+exec torchrun --standalone --nnodes=1 --nproc_per_node="${GPUS:-8}" -m verl.trainer.sft_trainer \
+  --config-path "$CONFIGS" --config-name tau_sft \
+  model.path="$MODEL" data.train_files="$TRAIN" data.val_files="${VAL:-$TRAIN}" \
+  trainer.n_gpus_per_node="${GPUS:-8}" "$@"
