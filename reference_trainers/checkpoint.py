@@ -173,3 +173,54 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch_rng"])
     if "python_rng" in state:
         random.setstate(state["python_rng"])
+
+
+def agent_policy(
+    model: Any,
+    tokenizer: Any,
+    *,
+    family: str,
+    chat_template: str,
+    temperature: float = 0.0,
+    max_new_tokens: int = 256,
+    max_context: int | None = None,
+) -> Any:
+    """The agent seat played by ``model`` in process, exactly as the trainers roll it out.
+
+    A :class:`~tau_env.reference_trainers.rollout_policy.LocalTokenPolicy` (tool schemas rendered
+    once, at the episode's start, with ``chat_template``; the generated tokens kept as sampled)
+    over a :class:`~tau_env.llm.local.ReusedPrefixModel` (the shared prompt is not recomputed).
+    """
+    from tau_env.reference_trainers.rollout_policy import LocalTokenPolicy
+
+    from tau_env.llm.local import ReusedPrefixModel
+
+    return LocalTokenPolicy(
+        ReusedPrefixModel(model.eval()),
+        tokenizer,
+        family=family,
+        chat_template=chat_template,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        max_context=max_context,
+    )
+
+
+def checkpoint_policy(
+    path: str | Path, *, temperature: float = 0.0, max_new_tokens: int | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """A checkpoint as the agent seat (see :func:`agent_policy`) and its ``tau_env_trainer.json``.
+
+    ``max_new_tokens`` None: the per-turn cap the checkpoint records.
+    """
+    ckpt = load_checkpoint(path)
+    agent = ckpt.info.get("agent") or {}
+    policy = agent_policy(
+        ckpt.model,
+        ckpt.tokenizer,
+        family=ckpt.info["family"],
+        chat_template=ckpt.chat_template,
+        temperature=temperature,
+        max_new_tokens=int(max_new_tokens or agent.get("max_new_tokens") or 256),
+    )
+    return policy, ckpt.info

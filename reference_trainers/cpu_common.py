@@ -420,3 +420,42 @@ def parse_config(cls: Any, argv: Sequence[str] | None, description: str) -> Any:
             base = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
             p.add_argument(flag, type=base[0], default=default, help=help_text)
     return cls(**vars(p.parse_args(argv)))
+
+
+def build_tiny_model(path: str | Path, corpus: Sequence[str], *, vocab_size: int = 2000, seed: int = 0) -> Path:
+    """A tiny random Llama (2 layers, 32 hidden units) with a byte-level BPE trained on ``corpus``, saved at ``path``.
+
+    For plumbing checks (CI, ``--quick`` runs): offline, seconds, ChatML specials and the SmolLM2 tool template.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = TEMPLATES["smollm2"]
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16384,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    path = Path(path)
+    LlamaForCausalLM(config).save_pretrained(str(path))
+    fast.save_pretrained(str(path))
+    return path

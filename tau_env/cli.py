@@ -231,35 +231,30 @@ def _llm(args: argparse.Namespace, seat: str) -> Any:
 
 
 def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
-    """The agent of ``--agent-checkpoint``: the trainer's model in process, with its chat template, and the
-    environment settings it was trained with where the flags leave them open (domain, retrieval, step budget).
+    """The agent of ``--agent-checkpoint``: the trainer's model in process, rolled out as the trainer does
+    (its chat template, tool schemas rendered once), and the environment settings it was trained with where
+    the flags leave them open (domain, retrieval, step budget).
     """
     if args.agent_model:
         raise InvalidOptionError("--agent-checkpoint and --agent-model both name the agent; give one.")
-    from tau_env.reference_trainers.checkpoint import read_info  # the 'train' extra, only for this flag
+    from tau_env.reference_trainers.checkpoint import checkpoint_policy  # the 'train' extra, only for this flag
 
-    info = read_info(args.agent_checkpoint)
+    policy, info = checkpoint_policy(
+        args.agent_checkpoint, temperature=args.agent_temperature, max_new_tokens=args.max_tokens
+    )
     trained = info.get("agent") or {}
     if args.retrieval is None and trained.get("retrieval"):
         args.retrieval = trained["retrieval"]
     if args.max_steps is None and trained.get("max_steps"):
         args.max_steps = int(trained["max_steps"])
-    from tau_env.llm import LLMAgent, Sampling, TransformersClient
-
-    max_tokens = args.max_tokens or trained.get("max_new_tokens")
-    client = TransformersClient(
-        args.agent_checkpoint,
-        sampling=Sampling(temperature=args.agent_temperature, max_tokens=max_tokens),
-        reuse_prefix=True,
-    )
     record = {
         "path": str(args.agent_checkpoint),
         "trainer": info.get("trainer"),
         "step": info.get("step"),
         "retrieval": args.retrieval,
-        "max_tokens": max_tokens,
+        "max_tokens": policy.max_new_tokens,
     }
-    return {"policy": LLMAgent(client), "domain": trained.get("domain"), "record": record}
+    return {"policy": policy, "domain": trained.get("domain"), "record": record}
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
