@@ -186,3 +186,19 @@ def test_correction_settings_reject_bad_numbers():
     with pytest.raises(Exception, match="mask_delta"):
         vp.rollout_correction(2.0, -1.0)
     assert vp.rollout_correction(2.0, 1.5)["rollout_rs_threshold"].endswith("_1e+30")
+
+
+def test_importing_verl_registers_our_estimators_through_the_entry_point():
+    # no VERL_USE_EXTERNAL_MODULES: veRL finds tau_env's plugin in the "verl.plugins" entry-point group
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_MODULES"}
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo import core_algos\n"
+        "print(sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith('tau_')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "['tau_loo', 'tau_loo_group']", out.stderr[-2000:]
