@@ -400,21 +400,23 @@ def opt(default: Any, help: str) -> Any:  # noqa: A002 (the argparse word)
     return field(default=default, metadata={"help": help})
 
 
-def parse_config(cls: Any, argv: Sequence[str] | None, description: str) -> Any:
+def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: str | None = None) -> Any:
     """``cls`` (a dataclass config) from command-line flags: one ``--field-name`` per field."""
     import argparse
     import typing
 
     hints = typing.get_type_hints(cls)
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     for f in fields(cls):
         flag = "--" + f.name.replace("_", "-")
         kind = hints[f.name]
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
-        help_text = f.metadata.get("help", "")
+        help_text = f.metadata.get("help", "").replace("%", "%%")
         if kind is bool:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-        elif typing.get_origin(kind) is list:
+        elif kind is list or typing.get_origin(kind) is list:
             p.add_argument(flag, nargs="*", default=default, help=help_text)
         else:
             base = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]

@@ -318,7 +318,7 @@ def train(cfg: GRPOConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = parse_config(GRPOConfig, argv, __doc__.split("\n\n")[0])
+    cfg = parse_config(GRPOConfig, argv, __doc__.split("\n\n")[0], prog="python -m tau_env.reference_trainers.grpo")
     path = train(cfg)
     log.info("checkpoint: %s", path)
     return 0

@@ -330,3 +330,19 @@ def test_reused_prefix_generation_equals_plain_generation(tiny_dir, examples):
             cached = reuse.generate(ids, attention_mask=torch.ones_like(ids), **kw)
         assert cached.tolist() == plain.tolist()
     assert reuse.reused_tokens > reuse.computed_tokens  # most of each prompt came from a cache
+
+
+@pytest.mark.parametrize("trainer", [sft, grpo])
+def test_command_line_help_and_flags(trainer, capsys):
+    with pytest.raises(SystemExit) as e:
+        trainer.main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "--lora-rank" in text and "--out" in text and "(default:" in text
+    from tau_env.reference_trainers.cpu_common import parse_config
+
+    cls = sft.SFTConfig if trainer is sft else grpo.GRPOConfig
+    cfg = parse_config(cls, ["--model", "m", "--lora-rank", "0", "--no-progress"], "")
+    assert cfg.model == "m" and cfg.lora_rank == 0 and cfg.progress is False
+    if trainer is sft:
+        assert parse_config(cls, ["--data", "a.jsonl", "b"], "").data == ["a.jsonl", "b"]
