@@ -72,6 +72,8 @@ class _Single:
     template: str = ""
     on_customer: frozenset[str] = frozenset()
     uses: int = 0
+    #: Decided by its own customer's age or seniority: joined only as the first component.
+    pinned: bool = False
 
 
 # --- small helpers -------------------------------------------------------------------------------
@@ -128,10 +130,23 @@ def _provenance(task: Task) -> Provenance:
         return Provenance(plan={})
 
 
-def _profile(prov: Provenance, profile_key: str | Sequence[str]) -> Any:
+def _profile(prov: Provenance, profile_key: str | Sequence[str], row: dict[str, Any] | None = None) -> Any:
+    """The values that must be equal across a composite: from the customer's own row when it holds
+    the key (the tier the chain was computed for), else from the plan's persona.
+    """
     persona = prov.plan.get("persona") or {}
     keys = [profile_key] if isinstance(profile_key, str) else list(profile_key)
-    return tuple(json.dumps(persona.get(k), sort_keys=True, default=str) for k in keys)
+    return tuple(json.dumps(row[k] if row and k in row else persona.get(k), sort_keys=True, default=str) for k in keys)
+
+
+#: Decisive constants about the customer's age or seniority: a chain they decide was computed for
+#: its own customer's birth date or start date, which moving it onto another customer would change.
+_PERSONAL_RULE = re.compile(r"(^|[/_~])(age|ages|aged|account_age|since|seniority|birthday)([/_~]|$)")
+
+
+def _pinned(prov: Provenance) -> bool:
+    """Whether the chain depends on its customer beyond the profile (so it may only come first)."""
+    return any(_PERSONAL_RULE.search(str(c)) for c in prov.decisive)
 
 
 def _customer_table(domain: Any, tasks: Iterable[Task]) -> str | None:
@@ -207,7 +222,8 @@ class _Info:
         return _Single(
             task=task,
             prov=prov,
-            profile=(_profile(prov, profile_key), task.clock),
+            profile=(_profile(prov, profile_key, row), task.clock),
+            pinned=_pinned(prov),
             writes=writes,
             customer=cid,
             customer_row=row,
@@ -465,7 +481,7 @@ class _Joiner:
         if j in members or s.customer is None:
             return False
         first = self.singles[members[0]]
-        if s.profile != first.profile:
+        if s.profile != first.profile or (s.pinned and s.customer != first.customer):
             return False
         if s.ends and any(self.singles[m].ends for m in members):
             return False

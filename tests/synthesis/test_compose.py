@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tau_env.synthesis.compose import _pattern, _walk_replace, acompose, compose
+from tau_env.synthesis.compose import _pattern, _pinned, _walk_replace, acompose, compose
 from tau_env.synthesis.errors import SynthesisError
 from tau_env.synthesis.records import Provenance
 
@@ -267,7 +267,11 @@ def test_property_never_conflicting_mixed_colliding_or_oversized(seed, n_tasks, 
         ids = Provenance.of(c).components
         assert lo <= len(ids) <= lo + extra and len(set(ids)) == len(ids)
         parts = [by_id[i] for i in ids]
-        assert len({Provenance.of(p).plan["persona"]["tier"] for p in parts}) == 1
+        # one tier: the tier each component's chain was computed for (its own customer's row)
+        assert len({p.initial_state["customers"][0]["tier"] for p in parts}) == 1
+        assert c.initial_state["customers"][0]["tier"] == parts[0].initial_state["customers"][0]["tier"]
+        # a chain decided by its customer's age or seniority keeps its own customer: it comes first
+        assert not any(_pinned(Provenance.of(p)) for p in parts[1:])
         for x in range(len(parts)):
             for y in range(x + 1, len(parts)):
                 wx, wy = Provenance.of(parts[x]).plan["tools"], Provenance.of(parts[y]).plan["tools"]
@@ -305,7 +309,11 @@ def test_composites_of_synthesized_harbor_singles_pass_check_task(harbor):
         tau_env.check_task(d, c, play=True)
         prov = Provenance.of(c)
         parts = [by_id[i] for i in prov.components]
-        assert len({Provenance.of(p).plan["persona"]["tier"] for p in parts}) == 1
+        # one tier: the tier each component's chain was computed for (its own customer's row)
+        assert len({p.initial_state["customers"][0]["tier"] for p in parts}) == 1
+        assert c.initial_state["customers"][0]["tier"] == parts[0].initial_state["customers"][0]["tier"]
+        # a chain decided by its customer's age or seniority keeps its own customer: it comes first
+        assert not any(_pinned(Provenance.of(p)) for p in parts[1:])
         tools = [{a.name for a in p.actions} & writes - {"verify_identity"} for p in parts]
         for x in range(len(tools)):
             for y in range(x + 1, len(tools)):
@@ -330,7 +338,11 @@ def test_property_with_toolgraph_objects(seed, n_tasks, density):
     for c in compose(pool, graph, 8, seed=seed):
         parts = [by_id[i] for i in Provenance.of(c).components]
         assert 2 <= len(parts) <= 4
-        assert len({Provenance.of(p).plan["persona"]["tier"] for p in parts}) == 1
+        # one tier: the tier each component's chain was computed for (its own customer's row)
+        assert len({p.initial_state["customers"][0]["tier"] for p in parts}) == 1
+        assert c.initial_state["customers"][0]["tier"] == parts[0].initial_state["customers"][0]["tier"]
+        # a chain decided by its customer's age or seniority keeps its own customer: it comes first
+        assert not any(_pinned(Provenance.of(p)) for p in parts[1:])
         names = [{a.name for a in p.actions} & set(TOOLS) for p in parts]
         for x in range(len(names)):
             for y in range(x + 1, len(names)):
