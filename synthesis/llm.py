@@ -29,6 +29,8 @@ from tau_env.llm import ChatClient, ResponseCache, Sampling, Usage, strip_reason
 
 T = TypeVar("T")
 #: The counters of each role in :attr:`SynthLLM.usage`.
+#: Longest reply read as JSON; a longer one is a failure (asked again), never cached.
+MAX_REPLY_CHARS = 200_000
 USAGE_KEYS = ("calls", "cached", "failures", "prompt_tokens", "completion_tokens")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n?(.*?)```", re.S)
 _DECODER = json.JSONDecoder()
@@ -186,7 +188,7 @@ class SynthLLM:
                     timeout=self.timeout,
                     retries=self.retries,
                     backoff=self.backoff,
-                    cache=self.cache,
+                    cache=None,  # ajson caches a reply only once it has parsed (a bad one is asked again)
                     max_connections=self.max_concurrency,
                 )
                 hit = self._per_loop[loop] = (client, asyncio.Semaphore(self.max_concurrency))
@@ -211,25 +213,45 @@ class SynthLLM:
         convo = list(messages)
         error = reply = ""
         for _ in range(attempts):
-            usage = Usage()
-            async with slots:
-                message = await client.complete(convo, seed=seed, usage=usage)
-            self._count(
-                role,
-                calls=usage.requests,
-                cached=usage.cached,
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-            )
+            request = {
+                "model": self.model,
+                "messages": convo,
+                "temperature": self.temperature,
+                "max_tokens": self.max_tokens,
+                "seed": seed,
+            }
+            message = self.cache.get(request) if self.cache is not None else None
+            if message is not None:
+                self._count(role, cached=1)
+            else:
+                usage = Usage()
+                async with slots:
+                    message = await client.complete(convo, seed=seed, usage=usage)
+                self._count(
+                    role,
+                    calls=usage.requests,
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                )
             content = message.get("content")
             if isinstance(content, list):  # content parts
                 content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             reply = content if isinstance(content, str) else ""
             try:
-                return extract_json(reply)
+                if len(reply) > MAX_REPLY_CHARS:
+                    raise JSONReplyError(
+                        f"the reply is {len(reply):,} characters long, more than the {MAX_REPLY_CHARS:,} a JSON "
+                        "answer needs"
+                    )
+                value = extract_json(reply)
             except JSONReplyError as e:
                 error = str(e)
                 self._count(role, failures=1)
+                reply = reply[:2000]  # a huge reply is not sent back whole
+            else:
+                if self.cache is not None:
+                    self.cache.put(request, message)
+                return value
             convo = [
                 *convo,
                 {"role": "assistant", "content": reply},

@@ -137,14 +137,34 @@ def test_cache_hit_costs_no_request_and_seed_is_in_the_key(tmp_path):
         assert len(server.requests) == 2
 
 
-def test_cached_bad_reply_replays_the_same_correction(tmp_path):
+def test_a_reply_that_does_not_parse_is_never_cached(tmp_path):
+    # a model that answered garbage once, then was fixed: the rerun asks it again instead of replaying garbage
     cache = tmp_path / "c.sqlite"
-    with FakeOpenAI(scripted("bad", '{"v": 1}')) as server:
+    with FakeOpenAI(scripted("lol not json {{{", '{"v": 1}')) as server:
         assert SynthLLM("m", server.url, cache_path=cache).json("r", MSG) == {"v": 1}
+        assert len(server.requests) == 2  # the garbage, then the answer to the correction
         again = SynthLLM("m", server.url, cache_path=cache)
         assert again.json("r", MSG) == {"v": 1}
-        assert len(server.requests) == 2
-        assert again.usage["r"] == {"calls": 0, "cached": 2, "failures": 1, "prompt_tokens": 0, "completion_tokens": 0}
+        assert len(server.requests) == 3  # the first request was not cached: asked again, answered well
+        assert again.usage["r"] == {"calls": 1, "cached": 0, "failures": 0, "prompt_tokens": 10, "completion_tokens": 5}
+        third = SynthLLM("m", server.url, cache_path=cache)
+        assert third.json("r", MSG) == {"v": 1}
+        assert len(server.requests) == 3 and third.usage["r"]["cached"] == 1  # now cached
+
+
+def test_a_huge_reply_is_a_failure_asked_again_and_never_cached(tmp_path):
+    from tau_env.synthesis.llm import MAX_REPLY_CHARS
+
+    huge = '{"v": "' + "x" * (MAX_REPLY_CHARS + 10) + '"}'
+    cache = tmp_path / "c.sqlite"
+    with FakeOpenAI(scripted(huge, '{"v": 2}')) as server:
+        llm = SynthLLM("m", server.url, cache_path=cache)
+        assert llm.json("r", MSG) == {"v": 2}
+        assert llm.usage["r"]["failures"] == 1
+        correction = server.requests[1]["messages"]
+        assert "characters long" in correction[-1]["content"]
+        assert len(correction[-2]["content"]) <= 2000  # the huge reply is not sent back whole
+    assert cache.stat().st_size < MAX_REPLY_CHARS
 
 
 def test_concurrency_is_bounded():
