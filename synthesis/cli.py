@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     finally:
         _close(llm)
     _table(result)
+    if result.get("stopped"):  # the run ended short of --n: say so in the exit status too
+        _out(f"tau-env: {result['stopped']}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -202,6 +206,9 @@ def cmd_compose(args: argparse.Namespace) -> int:
     finally:
         _close(llm)
     _table(result)
+    if result.get("stopped"):  # fewer composites than --n: say why, and so in the exit status
+        _out(f"tau-env: {result['stopped']}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -298,7 +305,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("domain", nargs="?", type=_name, help="environment id (default: the run folder's)")
     s.add_argument("--out", type=_path, required=True, help="the run folder (resumed when it holds this run)")
     s.add_argument("--n", type=_int(1), required=True, help="accepted tasks wanted")
-    s.add_argument("--seed", type=_int(-(2**63), 2**63 - 1), default=0, help="the run's seed (default 0)")
+    s.add_argument(
+        "--seed",
+        type=_int(-(2**63), 2**63 - 1),
+        default=None,
+        help="the run's seed (default: 0 for a new run, the run's own when continuing)",
+    )
     s.add_argument("--batch", type=_int(1), default=100, help="plans per batch; reflection runs between (default 100)")
     s.add_argument("--no-review", action="store_true", help="skip the LLM reviewer (verification still runs)")
     s.add_argument("--workers", type=_int(1), default=1, help="verification processes (default 1)")

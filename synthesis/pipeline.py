@@ -16,6 +16,7 @@ Every stage appends records as it goes; a killed stage started again skips what 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 import warnings
 from collections import Counter
@@ -45,7 +46,28 @@ CONCURRENCY = 16
 # ---------------------------------------------------------------- the run folder and its graphs
 
 
-def _open(out: str | Path, domain_id: str | None, data_dir: str | Path | None, llm: Any, seed: int, quiet: bool):
+def _backend(llm: Any) -> Any:
+    return "template" if llm is None else {"model": llm.model, "base_url": llm.base_url}
+
+
+#: What a run folder holds before it has produced anything (a failed first try may leave them).
+_NOTHING_YET = ("run.json", "stages.jsonl", "plans.jsonl", "graphs", "reflection")
+
+
+def _open(
+    out: str | Path,
+    domain_id: str | None,
+    data_dir: str | Path | None,
+    llm: Any,
+    seed: int | None,
+    quiet: bool,
+    *,
+    same_backend: bool = False,
+):
+    """The run folder ``out``: created for ``domain_id`` (or resumed if it holds that run), or, with
+    ``domain_id`` None, the run already there; a ``seed`` (and with ``same_backend`` the model)
+    given for a run that continues must be the run's own.
+    """
     from tau_env.synthesis.run import RunFolder
 
     path = Path(out)
@@ -55,7 +77,21 @@ def _open(out: str | Path, domain_id: str | None, data_dir: str | Path | None, l
                 f"{path} is not a synthesis run folder (no run.json); "
                 f"run `tau-env synth tasks DOMAIN --out {path}` first."
             )
-        return RunFolder.open(path)
+        run = RunFolder.open(path)
+        differ = []
+        if seed is not None and run.settings.get("seed", 0) != seed:
+            differ.append(f"seed: {run.settings.get('seed', 0)} in the folder, {seed} now")
+        theirs, ours = run.settings.get("backend", "template"), _backend(llm)
+        model = lambda b: b.get("model") if isinstance(b, dict) else b  # noqa: E731
+        if same_backend and model(theirs) != model(ours):
+            differ.append(f"backend: {model(theirs)} in the folder, {model(ours)} now")
+        if differ:
+            run.close()
+            raise SynthesisError(
+                f"{path} holds a synthesis run with other settings: {'; '.join(differ)}. "
+                "Pass the run's own settings to continue it, or another --out."
+            )
+        return run
     if not (path / "run.json").is_file():
         # the domain must load before a new folder records it: a failed first try (say, without
         # --data-dir) must not leave a run.json that refuses the corrected command
@@ -65,11 +101,40 @@ def _open(out: str | Path, domain_id: str | None, data_dir: str | Path | None, l
     settings: dict[str, Any] = {
         "domain": domain_id,
         "loader": {"data_dir": str(data_dir)} if data_dir is not None else {},
-        "seed": seed,
-        "backend": "template" if llm is None else {"model": llm.model, "base_url": llm.base_url},
+        "seed": 0 if seed is None else seed,
+        "backend": _backend(llm),
         "quiet": quiet,
     }
+    try:
+        return RunFolder.create(path, settings)
+    except SynthesisError:
+        if not _produced_nothing(path):
+            raise
+    # a first try that produced nothing (its model never answered, say): start the folder afresh
+    for name in _NOTHING_YET:
+        target = path / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
     return RunFolder.create(path, settings)
+
+
+def _produced_nothing(path: Path) -> bool:
+    """Whether a run folder holds no verdict and no task yet (only what :data:`_NOTHING_YET` names)."""
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return False
+    allowed = {
+        *_NOTHING_YET,
+        "llm_cache.sqlite",
+        "llm_cache.sqlite-wal",
+        "llm_cache.sqlite-shm",
+        "synth.db",
+        ".tau_env.lock",
+    }
+    return all(e.name in allowed or e.name.startswith(".") for e in entries)
 
 
 def _graphs(run: Any, domain: Any, llm: Any = None) -> tuple[Any, Any]:
@@ -111,7 +176,7 @@ def run_graphs(
     *,
     data_dir: str | Path | None = None,
     llm: Any = None,
-    seed: int = 0,
+    seed: int | None = None,
     quiet: bool = True,
 ) -> dict[str, Any]:
     """Build (or read) the entity and tool graphs of ``domain_id`` into ``out/graphs``."""
@@ -169,14 +234,23 @@ class _Stage:
 
         clock: Counter = Counter()  # CPU seconds of this process per step (model time is not CPU time here)
         task: Task | None = None
+        problems: list[Problem] = []
         t0 = time.process_time()
-        try:
-            task = await synthesize(plan, self.ctx, llm=self.llm, prompts=prompts)
-            problems = await self.check(task, prompts, clock)
-        except SynthesisError as e:  # the template cannot instantiate this plan, or the wording was refused
-            problems = list(getattr(e, "problems", None) or [Problem("template", "plan", str(e))])
-        clock["synthesize"] += time.process_time() - t0 - clock["verify"] - clock["review"]
         rounds = 0
+        while True:
+            try:
+                task = await synthesize(
+                    plan, self.ctx, llm=self.llm, prompts=prompts, variant=rounds, critique=_critique(problems)
+                )
+                problems = await self.check(task, prompts, clock)
+                break
+            except SynthesisError as e:  # the template cannot instantiate this plan, or the wording was refused
+                refused = getattr(e, "problems", None)  # a model's wording: ask again with what was wrong
+                problems = list(refused or [Problem("template", "plan", str(e))])
+                if not refused or rounds >= REGENERATION_BUDGET:
+                    break
+                rounds += 1
+        clock["synthesize"] += time.process_time() - t0 - clock["verify"] - clock["review"]
         while problems and task is not None and rounds < REGENERATION_BUDGET:
             rounds += 1
             component = problems[0].component
@@ -190,6 +264,11 @@ class _Stage:
                 clock["regenerate"] += time.process_time() - t0
             problems = await self.check(task, prompts, clock)
         return _verdict(plan, task, problems, rounds, clock)
+
+
+def _critique(problems: list[Problem]) -> str | None:
+    """What was wrong with the last wording, for the model's next try (None the first time)."""
+    return "; ".join(p.message for p in problems) or None
 
 
 def _verdict(plan: Any, task: Task | None, problems: list[Problem], rounds: int, clock: Counter) -> dict[str, Any]:
@@ -291,7 +370,7 @@ def run_tasks(
     n: int,
     data_dir: str | Path | None = None,
     llm: Any = None,
-    seed: int = 0,
+    seed: int | None = None,
     batch: int = 200,
     review: bool = True,
     reflect: bool = True,
@@ -312,7 +391,8 @@ def run_tasks(
     _positive("n", n)
     _positive("batch", batch)
     _positive("workers", workers)
-    run = _open(out, domain_id, data_dir, llm, seed, quiet)
+    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True)
+    seed = run.settings.get("seed", 0)  # the run's own, when it continues
     pool: ProcessPoolExecutor | None = None
     with run:
         domain = run.domain()
@@ -523,7 +603,7 @@ def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, 
     from tau_env.synthesis.compose import acompose
 
     _positive("n", n)
-    run = _open(run_dir, None, None, None, seed, True)
+    run = _open(run_dir, None, None, None, None, True)  # ``seed`` is the composition's own, not the run's
     with run:
         domain = run.domain()
         eg, tg = _graphs(run, domain)
@@ -571,13 +651,24 @@ def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, 
                 "seconds": round(time.perf_counter() - started, 2),
             },
         )
+        if llm is not None:
+            llm.save_usage(run)
         run.index()
-        return {
+        result = {
             "run": str(run.path),
             "composite tasks": len(kept),
             "tried": tried,
             "file": str(run.path / "composite.jsonl"),
         }
+        if len(kept) < n:
+            why = (
+                "no two singles could be joined: joins need singles of one customer profile whose customer "
+                "row is in their initial state, without conflicting writes"
+                if not tried
+                else "the joins tried were rejected (stages.jsonl's compose record says why)"
+            )
+            result["stopped"] = f"made {len(kept)} of {n} composite tasks: {why}"
+        return result
 
 
 # ---------------------------------------------------------------- datasets
@@ -600,7 +691,7 @@ def run_sft(
     """Teacher rollouts on the accepted singles; successful episodes without loops become ``sft/sft.jsonl``."""
     from tau_env.synthesis.datasets import build_sft
 
-    run = _open(run_dir, None, None, None, 0, True)
+    run = _open(run_dir, None, None, None, None, True)
     with run:
         path = _nonempty(run, tasks)
         stats = asyncio.run(
@@ -637,7 +728,7 @@ def run_rl(
     lo, hi = band
     if not 0.0 <= lo < hi <= 1.0:
         raise InvalidOptionError(f"band must be two numbers 0 <= low < high <= 1, got {lo!r} {hi!r}.")
-    run = _open(run_dir, None, None, None, 0, True)
+    run = _open(run_dir, None, None, None, None, True)
     with run:
         path = _nonempty(run, tasks)
         stats = asyncio.run(
@@ -682,7 +773,7 @@ def run_decontaminate(
 
     from tau_env.registry import registry
 
-    run = _open(run_dir, None, None, None, 0, True)
+    run = _open(run_dir, None, None, None, None, True)
     with run:
         domain = run.domain()
         if data_dir is not None:

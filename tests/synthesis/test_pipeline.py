@@ -260,3 +260,56 @@ def test_a_first_try_whose_domain_cannot_load_leaves_no_run_behind(tmp_path, mon
     with pytest.raises(tau_env.error.Error, match="data_dir"):
         pipeline.run_tasks(out, "tau3-banking", n=3)  # no data folder given
     assert not (out / "run.json").exists()
+
+
+def test_a_seed_or_model_given_to_a_continued_run_must_be_its_own(tmp_path):
+    from tau_env.synthesis.llm import SynthLLM
+
+    out = tmp_path / "run"
+    pipeline.run_tasks(out, ENV, n=3, batch=5, seed=3)
+    assert pipeline.run_tasks(out, n=4, batch=5)["accepted"] == 4  # no seed given: the run's own (3)
+    assert pipeline.run_tasks(out, n=5, batch=5, seed=3)["accepted"] == 5
+    with pytest.raises(SynthesisError, match="seed: 3 in the folder, 4 now"):
+        pipeline.run_tasks(out, n=6, seed=4)
+    with pytest.raises(SynthesisError, match="backend: template in the folder, m now"):
+        pipeline.run_tasks(out, n=6, llm=SynthLLM("m", "http://127.0.0.1:9/v1"))
+    assert json.loads((out / "run.json").read_text())["seed"] == 3
+
+
+def test_a_first_model_run_that_produced_nothing_leaves_the_folder_free(tmp_path):
+    from tau_env.synthesis.llm import SynthLLM
+
+    out = tmp_path / "run"
+    dead = SynthLLM("m", "http://127.0.0.1:9/v1", retries=0, timeout=2)
+    with pytest.raises(tau_env.error.Error):
+        pipeline.run_graphs(out, ENV, llm=dead)  # the model is needed for extraction, and never answers
+    assert json.loads((out / "run.json").read_text())["backend"]["model"] == "m"
+    assert pipeline.run_tasks(out, ENV, n=3, batch=5)["accepted"] == 3  # the template backend takes it over
+    assert json.loads((out / "run.json").read_text())["backend"] == "template"
+    with pytest.raises(SynthesisError, match="other settings"):  # once it holds tasks, it is that run's
+        pipeline.run_tasks(out, ENV, n=3, llm=dead)
+
+
+def test_a_refused_model_wording_is_asked_again_with_what_was_wrong(tmp_path):
+    from tau_env.synthesis.llm import SynthLLM
+
+    from tau_env.testing import FakeOpenAI, text
+
+    def model(request):
+        system, body = request["messages"][0]["content"], request["messages"][1]["content"]
+        if system.startswith("You extract every numeric"):
+            return text(json.dumps({"constants": []}))
+        if system.startswith("You write the customer's side"):
+            if "A previous version was rejected" not in body:
+                return text(json.dumps({"persona": "x", "requests": [], "instructions": ""}))  # no request: refused
+            return _scripted_model(request)
+        return _scripted_model(request)
+
+    with FakeOpenAI(model) as server:
+        llm = SynthLLM("scripted", server.url)
+        result = pipeline.run_tasks(tmp_path / "run", ENV, n=4, batch=6, llm=llm, reflect=False)
+    assert result["accepted"] == 4
+    accepted = [v for v in lines(tmp_path / "run" / "verdicts.jsonl") if v["accepted"]]
+    assert all(v["regenerations"] >= 1 for v in accepted)
+    retries = [r for r in server.requests if "A previous version was rejected" in r["messages"][1]["content"]]
+    assert retries and "request" in retries[0]["messages"][1]["content"]
