@@ -291,6 +291,24 @@ def _id_set(task: Task) -> set[str]:
     return {x for x in identifiers(task) if not _DATE.match(x)}
 
 
+def _vocabulary(domain: Any) -> set[str]:
+    """Every value a tool argument's schema lists (enum members such as product codes and reasons):
+    words of the domain that any two tasks may share, never a record's identity.
+    """
+    if domain is None:
+        return set()
+    out: set[str] = set()
+    stack: list[Any] = [t.schema for t in domain.toolbox("all").tools.values()]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            out.update(str(v) for v in node.get("enum") or () if isinstance(v, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
 def _safe_change(domain: Any, task: Task) -> str | None:
     try:
         return state_change(domain, task)
@@ -413,7 +431,8 @@ def decontaminate(
                 [abstract_chain(t) if _substantive(t) else None for t in against],
             )
         elif det == "ids":
-            found[det] = _overlap([_id_set(t) for t in tasks], [_id_set(t) for t in against])
+            vocab = _vocabulary(domain) | _vocabulary(against_domain)  # product codes are not record ids
+            found[det] = _overlap([_id_set(t) - vocab for t in tasks], [_id_set(t) - vocab for t in against])
         elif det == "state_change":
             if domain is None or against_domain is None:
                 continue

@@ -240,3 +240,37 @@ def test_identifiers_people_and_records_not_merchants():
     ids = identifiers(task)
     assert {"name:ann other", "name:kim lee", "u_123456", "k@example.com"} <= ids
     assert not {"name:best buy", "name:whole foods market", "secret_tool_1234"} & ids
+
+
+def test_a_product_code_both_tasks_use_is_not_a_shared_id():
+    # 'cd_12_month' looks like an id (letters and digits) but is a value of the tool's enum: every
+    # CD-opening task names it, so sharing it says nothing about contamination
+    import tau_env
+
+    harbor = tau_env.registry.load_domain("harbor-bank-v0")
+
+    def opening(task_id: str, customer: str, account: str) -> tau_env.Task:
+        return tau_env.Task.model_validate(
+            {
+                "id": task_id,
+                "scenario": {"requests": [f"Open a CD for me please ({task_id})."]},
+                "actions": [
+                    {
+                        "name": "open_account_2291",
+                        "arguments": {
+                            "customer_id": customer,
+                            "product": "cd_12_month",
+                            "initial_deposit_cents": 100000,
+                            "funding_account_id": account,
+                        },
+                    }
+                ],
+            }
+        )
+
+    mine, theirs = opening("mine", "C-7001", "CHK-7001"), opening("theirs", "C-8002", "CHK-8002")
+    report = decontaminate([mine], [theirs], domain=harbor, detectors=("ids",))
+    assert report.removed == []
+    same_customer = opening("again", "C-8002", "CHK-9003")
+    report = decontaminate([same_customer], [theirs], domain=harbor, detectors=("ids",))
+    assert [r["id"] for r in report.removed] == ["again"]
