@@ -54,17 +54,16 @@ from tau_env.harness import episode_seed
 from tau_env.llm import ChatClient, LLMUser
 from tau_env.testing import FakeOpenAI, Reply, seat_of, text, tool
 
-cfg = json.loads(sys.argv[1])
-mode, task_ids, env_args = cfg["mode"], cfg["task_ids"], cfg.get("env_args", {})
 os.environ.setdefault("OPENAI_API_KEY", "unused")
+cfg, mode, plans, server = {}, None, {}, None
 
 
 def opening(messages):
     return next(m["content"] for m in messages if m["role"] == "user")
 
 
-plans = {}  # the oracle's agent messages per task, keyed by the user's opening line
-if mode == "oracle":
+def make_plans(task_ids):  # the oracle's agent messages per task, keyed by the user's opening line
+    plans = {}
     for tid in task_ids:
         env = tau_env.make("harbor-bank-v0")
         r = tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), tid, seed=episode_seed(0, tid, 0))
@@ -73,9 +72,12 @@ if mode == "oracle":
         key = opening(r.agent_view["messages"])
         assert key not in plans, "two tasks open alike: the script cannot tell them apart"
         plans[key] = [{k: m[k] for k in ("role", "content", "tool_calls") if k in m} for m in msgs]
+    return plans
 
 
 def user_line(req):
+    if cfg.get("user_fails"):
+        return Reply(status=500)
     n = sum(m["role"] == "assistant" for m in req["messages"])
     return text("Hi, I would like a travel notice for Japan." if n == 0 else "Thanks. ###STOP###")
 
@@ -118,66 +120,98 @@ def canon(messages):
 
 
 def user_policy():
-    return LLMUser(ChatClient("user-sim", server.url)) if cfg.get("llm_user") else tau_env.ScriptedUser()
+    return LLMUser(ChatClient("user-sim", server.url, retries=0)) if cfg.get("llm_user") else tau_env.ScriptedUser()
 
 
-report = {"rollouts": [], "tools": {}}
-with FakeOpenAI(script) as server:
-    if cfg.get("llm_user"):
-        env_args["user"] = {"model": "user-sim", "base_url": server.url}
-    if cfg.get("cli"):
-        out_dir = Path(tempfile.mkdtemp())
-        cmd = [sys.executable, "-m", "verifiers.legacy.scripts.eval", "tau_env.adapters.verifiers_env",
-               "-a", json.dumps({"task_ids": task_ids, **env_args}), "-b", server.url, "-k", "OPENAI_API_KEY",
-               "-m", "scripted", "-n", str(len(task_ids)), "-r", "1", "-s", "-d", "-o", str(out_dir),
-               "-C", "tau_termination_reason"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outputs = [json.loads(line) for p in out_dir.rglob("results.jsonl") for line in p.read_text().splitlines()]
-    else:
-        env = vf.load_environment("tau_env.adapters.verifiers_env", task_ids=task_ids, **env_args)
-        assert isinstance(env, vf.MultiTurnEnv) and len(env.get_eval_dataset()) == len(task_ids)
-        client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=server.url, api_key="unused"))
-        outputs = env.evaluate_sync(client, model="scripted", num_examples=len(task_ids),
-                                    state_columns=["tau_termination_reason"])["outputs"]
-    report["tools"] = dict(seen_tools)
-    seen_tools.clear()
-    for o in outputs:
-        info = o["info"] if isinstance(o["info"], dict) else json.loads(o["info"])
-        direct_env = tau_env.make("harbor-bank-v0", **{k: v for k, v in env_args.items() if k == "max_steps"})
-        direct_tools = {}
+def run_one(c):
+    global cfg, mode, plans, server
+    cfg, mode = c, c["mode"]
+    task_ids, env_args = c["task_ids"], dict(c.get("env_args", {}))
+    plans = make_plans(task_ids) if mode == "oracle" else {}
+    report = {"rollouts": [], "tools": {}}
+    with FakeOpenAI(script) as server:
+        if cfg.get("llm_user"):
+            env_args["user"] = {"model": "user-sim", "base_url": server.url, "retries": 0}
+        if cfg.get("cli"):
+            out_dir = Path(tempfile.mkdtemp())
+            cmd = [sys.executable, "-m", "verifiers.legacy.scripts.eval", "tau_env.adapters.verifiers_env",
+                   "-a", json.dumps({"task_ids": task_ids, **env_args}), "-b", server.url, "-k", "OPENAI_API_KEY",
+                   "-m", "scripted", "-n", str(len(task_ids)), "-r", "1", "-s", "-d", "-o", str(out_dir),
+                   "-C", "tau_termination_reason"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            outputs = [json.loads(line) for p in out_dir.rglob("results.jsonl") for line in p.read_text().splitlines()]
+        else:
+            env = vf.load_environment("tau_env.adapters.verifiers_env", task_ids=task_ids, **env_args)
+            assert isinstance(env, vf.MultiTurnEnv) and len(env.get_eval_dataset()) == len(task_ids)
+            client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=server.url, api_key="unused"))
+            outputs = env.evaluate_sync(client, model="scripted", num_examples=len(task_ids),
+                                        state_columns=["tau_termination_reason"])["outputs"]
+        report["tools"] = dict(seen_tools)
+        seen_tools.clear()
+        for o in outputs:
+            info = o["info"] if isinstance(o["info"], dict) else json.loads(o["info"])
+            direct_env = tau_env.make("harbor-bank-v0", **{k: v for k, v in env_args.items() if k == "max_steps"})
+            direct_tools = {}
 
-        def agent(obs):
-            ms = obs["messages"]
-            i = next(i for i, m in enumerate(ms) if m["role"] == "user")
-            key = json.dumps([ms[i]["content"], sum(m["role"] == "assistant" for m in ms[i:])])
-            direct_tools[key] = [t["function"] for t in obs["tools"]]
-            return agent_move(obs["messages"]).message
+            def agent(obs):
+                ms = obs["messages"]
+                i = next(i for i, m in enumerate(ms) if m["role"] == "user")
+                key = json.dumps([ms[i]["content"], sum(m["role"] == "assistant" for m in ms[i:])])
+                direct_tools[key] = [t["function"] for t in obs["tools"]]
+                return agent_move(obs["messages"]).message
 
-        play = tau_env.arun_episode(direct_env, agent, user_policy(), info["task_id"], seed=info["seed"])
-        r = asyncio.run(play)
-        report["rollouts"].append({
-            "task_id": info["task_id"], "reward": o["reward"], "reason": o.get("tau_termination_reason"),
-            "error": o.get("error"), "stop": o.get("stop_condition"),
-            "conversation": canon(list(o["prompt"]) + list(o["completion"])),
-            "direct": {"reward": r.reward, "reason": str(r.termination_reason),
-                       "conversation": canon(r.agent_view["messages"]), "tools": direct_tools},
-        })
-print("REPORT" + json.dumps(report))
+            play = tau_env.arun_episode(direct_env, agent, user_policy(), info["task_id"], seed=info["seed"])
+            try:
+                r = asyncio.run(play)
+            except tau_env.InfrastructureError as e:
+                report["rollouts"].append({"task_id": info["task_id"], "reward": o["reward"], "error": o.get("error"),
+                                           "reason": o.get("tau_termination_reason"), "direct_error": type(e).__name__})
+                continue
+            report["rollouts"].append({
+                "task_id": info["task_id"], "reward": o["reward"], "reason": o.get("tau_termination_reason"),
+                "error": o.get("error"), "stop": o.get("stop_condition"),
+                "conversation": canon(list(o["prompt"]) + list(o["completion"])),
+                "direct": {"reward": r.reward, "reason": str(r.termination_reason),
+                           "conversation": canon(r.agent_view["messages"]), "tools": direct_tools},
+            })
+    return report
+
+
+print("REPORT" + json.dumps([run_one(c) for c in json.loads(sys.argv[1])]))
 """
 
 
-def run_worker(**cfg) -> dict:
+def run_worker(*cfgs: dict) -> list[dict]:
+    """Run ``cfgs`` (each one evaluation and its direct replays) in one worker in the verifiers venv."""
     python = _python()
     if python is None:
         pytest.skip("verifiers>=0.3.1,<0.4 is not here: set TAU_ENV_VERIFIERS_PYTHON to its venv's python")
     env = {**os.environ, "VF_LOG_LEVEL": "WARNING", "PYTHONPATH": ""}
     proc = subprocess.run(
-        [python, "-c", WORKER, json.dumps(cfg)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
+        [python, "-c", WORKER, json.dumps(cfgs)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
     )
     assert proc.returncode == 0, proc.stderr[-5000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("REPORT"))
-    return json.loads(line[len("REPORT") :])
+    reports = json.loads(line[len("REPORT") :])
+    for cfg, report in zip(cfgs, reports, strict=True):
+        report["task_ids"] = cfg["task_ids"]
+    return reports
+
+
+RUNS = {
+    "oracle": {"mode": "oracle", "task_ids": TASKS},
+    "garbage": {"mode": "garbage", "task_ids": TASKS[:2]},
+    "llm_user": {"mode": "garbage", "task_ids": TASKS[:1], "llm_user": True},
+    "cut": {"mode": "oracle", "task_ids": TASKS[:1], "env_args": {"max_turns": 2}},
+    "user_fails": {"mode": "garbage", "task_ids": TASKS[:1], "llm_user": True, "user_fails": True},
+}
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict]:
+    """All the evaluations at once (one worker: verifiers' import is paid once)."""
+    return dict(zip(RUNS, run_worker(*RUNS.values()), strict=True))
 
 
 def _check_same_as_direct(report: dict, expect_reward: float) -> None:
@@ -192,9 +226,8 @@ def _check_same_as_direct(report: dict, expect_reward: float) -> None:
             assert report["tools"][key] == tools
 
 
-def test_oracle_played_through_verifiers_scores_as_tau_env_does():
-    report = run_worker(mode="oracle", task_ids=TASKS)
-    report["task_ids"] = TASKS
+def test_oracle_played_through_verifiers_scores_as_tau_env_does(reports):
+    report = reports["oracle"]
     _check_same_as_direct(report, 1.0)
     for r in report["rollouts"]:
         assert r["reason"] == "user_stop" and r["stop"] == "has_final_env_response"
@@ -204,33 +237,37 @@ def test_oracle_played_through_verifiers_scores_as_tau_env_does():
     assert "set_travel_notice_3012" in every - first
 
 
-def test_a_garbage_model_gets_zero_as_in_tau_env():
-    report = run_worker(mode="garbage", task_ids=TASKS[:2])
-    report["task_ids"] = TASKS[:2]
+def test_a_garbage_model_gets_zero_as_in_tau_env(reports):
+    report = reports["garbage"]
     _check_same_as_direct(report, 0.0)
     for r in report["rollouts"]:
         assert sum(m["role"] == "tool" and m["content"].startswith("Error") for m in r["conversation"]) == 2
 
 
-def test_llm_user_inside_and_an_episode_cut_short():
-    report = run_worker(mode="garbage", task_ids=TASKS[:1], llm_user=True)
-    report["task_ids"] = TASKS[:1]
+def test_an_llm_user_plays_inside(reports):
+    report = reports["llm_user"]
     _check_same_as_direct(report, 0.0)
     (r,) = report["rollouts"]
-    assert (
-        r["reason"] == "user_stop" and r["conversation"][2]["content"] == "Hi, I would like a travel notice for Japan."
-    )
-    # verifiers' max_turns stops the oracle before the end: the episode is cancelled and scores 0
-    cut = run_worker(mode="oracle", task_ids=TASKS[:1], env_args={"max_turns": 2})
-    (r,) = cut["rollouts"]
+    assert r["reason"] == "user_stop"
+    assert r["conversation"][2]["content"] == "Hi, I would like a travel notice for Japan."  # the LLM user's line
+
+
+def test_an_episode_verifiers_cuts_short_scores_zero(reports):
+    (r,) = reports["cut"]["rollouts"]  # max_turns=2 stops the oracle before the end: the episode is cancelled
     assert r["reward"] == 0.0 and r["stop"] == "max_turns_reached" and r["reason"].startswith("unfinished")
     assert sum(m["role"] == "assistant" for m in r["conversation"]) == 3  # the greeting and two turns
 
 
+def test_a_failing_user_simulator_is_a_verifiers_infra_error(reports):
+    (r,) = reports["user_fails"]["rollouts"]
+    assert r["direct_error"] == "InfrastructureError"  # tau_env's own loop raises it...
+    assert r["error"]["error"] == "InfraError" and r["reward"] == 0.0  # ...verifiers records it on the rollout
+    assert r["reason"] == "unfinished (has_error)"
+
+
 @pytest.mark.slow
 def test_vf_eval_loads_it_by_name():
-    report = run_worker(mode="oracle", task_ids=TASKS[:2], cli=True)
-    report["task_ids"] = TASKS[:2]
+    (report,) = run_worker({"mode": "oracle", "task_ids": TASKS[:2], "cli": True})
     _check_same_as_direct(report, 1.0)
 
 
