@@ -84,6 +84,26 @@ def _compose(stages: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {**total, "runs": len(recs), "yield": _ratio(total.get("accepted", 0), total.get("planned", 0))}
 
 
+def _change(c: Any) -> str:
+    """A reflection change as a person reads it: ``weight wire: 1 -> 0.5``, ``wording prompt + "..."``."""
+    if isinstance(c, str) or not isinstance(c, dict):
+        return str(c)
+    if c.get("kind") == "weight":
+        return f"weight {c.get('key')}: {_f(c.get('from'))} -> {_f(c.get('to'))}"
+    if c.get("kind") == "prompt":
+        return f"{c.get('role')} prompt + {json.dumps(str(c.get('to', '')), ensure_ascii=False)}"
+    return ", ".join(f"{k}={v}" for k, v in c.items())
+
+
+def _setting(key: str, value: Any) -> str:
+    """A run setting as text: the loader's keywords, the backend's model and server."""
+    if key == "loader" and isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if key == "backend" and isinstance(value, dict):
+        return f"{value.get('model')} at {value.get('base_url') or 'the default server'}"
+    return _f(value)
+
+
 def _reflection(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for s in stages:
@@ -94,7 +114,7 @@ def _reflection(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "round": s.get("round"),
                 "version": s.get("version"),
-                "changes": [c if isinstance(c, str) else json.dumps(c, ensure_ascii=False) for c in changes],
+                "changes": [_change(c) for c in changes],
                 "decision": s.get("decision"),
                 "yield_before": s.get("yield_before"),
                 "yield_after": s.get("yield_after"),
@@ -188,6 +208,8 @@ def summary(run: RunFolder) -> dict[str, Any]:
     modes: Counter[str] = Counter()
     templates: Counter[str] = Counter()
     for rec, row in rows:
+        if row["kind"] != "single":  # coverage is the singles'; composites join them
+            continue
         writes = json.loads(row["write_tools"])
         tool_counts.update(writes)
         pair_counts.update(" + ".join(p) for p in combinations(sorted(writes), 2))
@@ -308,7 +330,7 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[tuple[Any, ...]], tuple
     out.append(
         (
             "Run",
-            [(k, json.dumps(v, ensure_ascii=False) if isinstance(v, dict) else _f(v)) for k, v in run.items()],
+            [(k, _setting(k, v)) for k, v in run.items()],
             None,
             "",
         )

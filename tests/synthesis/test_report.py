@@ -152,7 +152,7 @@ def test_summary_numbers(run):
     assert f["problems"] == {"replay_error": 3, HOSTILE: 1}
     assert s["compose"]["accepted"] == 1 and s["compose"]["planned"] == 3
     assert [r["decision"] for r in s["reflection"]] == ["keep", "rollback"]
-    assert s["reflection"][1]["changes"] == ['{"prompt": "wording"}']
+    assert s["reflection"][1]["changes"] == ["prompt=wording"]
 
     llm = s["llm"]
     assert llm["totals"]["calls"] == 28 and llm["verified"] == 16  # 14 singles + 2 composites verified
@@ -160,9 +160,9 @@ def test_summary_numbers(run):
     assert llm["tokens_per_verified"] == pytest.approx(2000 / 16)
 
     cov = s["coverage"]
-    assert cov["write_tools"] == {"freeze_card": 5, "never_used": 0, "open_account": 4}
+    assert cov["write_tools"] == {"freeze_card": 4, "never_used": 0, "open_account": 3}  # singles only
     assert cov["write_tools_uncovered"] == ["never_used"] and cov["min_tasks_per_write_tool"] == 0
-    assert cov["tool_pairs"] == {"freeze_card + open_account": 2}
+    assert cov["tool_pairs"] == {"freeze_card + open_account": 1}
     assert cov["rule_constants_total"] == 3 and cov["rule_constants_decisive"] == 2
     assert cov["rule_constants_uncovered"] == ["unused/constant"]
     assert cov["failure_modes"] == {"none": 3, "multi_doc": 1, "implicit_order": 1, "underspecified": 1}
