@@ -149,7 +149,8 @@ def phrase(ask: dict[str, Any], rng: random.Random, variant: int = 0) -> str:
 
 def _persona_text(p: dict[str, Any]) -> str:
     who = p.get("name", "A customer")
-    bits = [f"{who}, a {p['occupation']}" if p.get("occupation") else who]
+    job = str(p.get("occupation") or "")
+    bits = [f"{who}, {'an' if job[:1].lower() in 'aeiou' else 'a'} {job}" if job else who]
     if p.get("temperament"):
         bits.append(p["temperament"])
     return "; ".join(bits) + "."
