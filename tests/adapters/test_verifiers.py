@@ -146,6 +146,7 @@ def run_one(c):
             assert isinstance(env, vf.MultiTurnEnv) and len(env.get_eval_dataset()) == len(task_ids)
             client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=server.url, api_key="unused"))
             outputs = env.evaluate_sync(client, model="scripted", num_examples=len(task_ids),
+                                        rollouts_per_example=cfg.get("rollouts", 1),
                                         state_columns=["tau_termination_reason"])["outputs"]
         report["tools"] = dict(seen_tools)
         seen_tools.clear()
@@ -195,12 +196,12 @@ def run_worker(*cfgs: dict) -> list[dict]:
     line = next(x for x in proc.stdout.splitlines() if x.startswith("REPORT"))
     reports = json.loads(line[len("REPORT") :])
     for cfg, report in zip(cfgs, reports, strict=True):
-        report["task_ids"] = cfg["task_ids"]
+        report["task_ids"] = cfg["task_ids"] * cfg.get("rollouts", 1)
     return reports
 
 
 RUNS = {
-    "oracle": {"mode": "oracle", "task_ids": TASKS},
+    "oracle": {"mode": "oracle", "task_ids": TASKS, "rollouts": 2},  # a group of 2 per task, run concurrently
     "garbage": {"mode": "garbage", "task_ids": TASKS[:2]},
     "llm_user": {"mode": "garbage", "task_ids": TASKS[:1], "llm_user": True},
     "cut": {"mode": "oracle", "task_ids": TASKS[:1], "env_args": {"max_turns": 2}},
