@@ -1,4 +1,4 @@
-"""The ``tau-env`` command: list, check, eval, replay, export-sft, show, synth.
+"""The ``tau-env`` command: list, check, eval, replay, export-sft, show, synth, serve.
 
 A user's mistake (a bad flag value, a path that cannot be used, an unknown task, a domain error)
 ends with one line on stderr, ``tau-env: <what is wrong>``, and exit status 2; an interrupt with
@@ -395,8 +395,10 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser(synth: bool = False) -> argparse.ArgumentParser:
-    """The ``tau-env`` parser; with ``synth``, the ``synth`` subcommands too (importing ``tau_env.synthesis``)."""
+def build_parser(synth: bool = False, serve: bool = False) -> argparse.ArgumentParser:
+    """The ``tau-env`` parser; with ``synth``, the ``synth`` subcommands too (importing ``tau_env.synthesis``),
+    with ``serve``, ``serve``'s flags (importing ``tau_env.adapters``).
+    """
     p = _Parser(prog="tau-env", description="Evaluate and check tau_env domains.")
     sub = p.add_subparsers(dest="command", required=True)
     data_dir = dict(type=_path, help="data folder, for domains loaded from a path")
@@ -553,6 +555,16 @@ def build_parser(synth: bool = False) -> argparse.ArgumentParser:
         )
         s.add_argument("rest", nargs=argparse.REMAINDER)
         s.set_defaults(fn=lambda args: main(["synth", *args.rest]))
+    if serve:  # only `tau-env serve ...` imports the adapters package
+        from tau_env.adapters.serve_cli import add_parser as add_serve_parser
+
+        add_serve_parser(sub)
+    else:
+        s = sub.add_parser(
+            "serve", help="serve a domain over OpenEnv's protocol (see: tau-env serve --help)", add_help=False
+        )
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(fn=lambda args: main(["serve", *args.rest]))
     return p
 
 
@@ -583,7 +595,14 @@ def main(argv: list[str] | None = None) -> int:
     if synth and (why := _synth_missing()):
         _err(why)
         return 2
-    args = (build_parser(synth=True) if synth else build_parser()).parse_args(argv)
+    serve = bool(argv) and argv[0] == "serve"
+    if synth:
+        parser = build_parser(synth=True)
+    elif serve:
+        parser = build_parser(serve=True)
+    else:  # a test may replace build_parser with a function of no arguments
+        parser = build_parser()
+    args = parser.parse_args(argv)
     with warnings.catch_warnings():
         # A library warning (e.g. tau3's missing user-simulator guidelines) is one escaped line, not
         # Python's file:line dump with a source line.
