@@ -62,6 +62,9 @@ def pass_at_1(rewards: list[float]) -> dict[str, Any]:
 def evaluate(policy: Any, out: Path, args: argparse.Namespace, tasks: list[str]) -> dict[str, Any]:
     import tau_env
 
+    # the settings in the folder's name: a rerun with others gets its own folder (a results folder refuses them)
+    out = out.with_name(f"{out.name}-{len(tasks)}x{args.trials}-t{args.eval_temperature:g}-n{args.max_new_tokens}")
+
     started = time.perf_counter()
     run = tau_env.evaluate(
         ENV,
