@@ -36,6 +36,7 @@ from tau_env.error import Error
 from ..errors import SynthesisError
 from ..records import Plan
 from . import BaseTemplate, Draft, IdAllocator, SynthContext
+from .generic_ask import customer_goal, describe_record, detail, looked_up, nonsense, noun_of, rule_value
 from .generic_db import DBView, Identity, clone_customer, identity_kind, short_hash, words
 from .generic_tools import (
     Cand,
@@ -92,6 +93,7 @@ class Analysis:
     lookups: dict[str, tuple[str, str]] = field(default_factory=dict)  # table -> (read tool, param)
     _n: int = 0
     _fields: list[str] | None = None
+    _graph: Any = None
 
     @classmethod
     def of(cls, domain: Any) -> Analysis:
@@ -132,6 +134,16 @@ class Analysis:
             return outs, changed
         finally:
             db.close()
+
+    def graph(self, given: Any = None) -> Any:
+        """The entity graph the documents' values come from: the run's, else one built once without a model."""
+        if given is not None:
+            return given
+        if self._graph is None:
+            from ..derive import entity_graph_of
+
+            self._graph = entity_graph_of(self.domain)
+        return self._graph
 
     def field_names(self) -> list[str]:
         """Record fields the documents and tool descriptions name (``snake_case`` words), domain-wide."""
@@ -228,6 +240,7 @@ class GenericTemplate(BaseTemplate):
         self._good_donors: list[str] = []
         self._links: dict[str, int] = {}  # donor -> how well its records join up (see _donor_links)
         self._mutations: dict[str, Any] = {}  # column -> value that made a trial pass before
+        self._graph: Any = None
         #: Set to a list to record each trial (anchor id, arguments, error) while debugging.
         self.trace: list | None = None
 
@@ -574,6 +587,16 @@ class GenericTemplate(BaseTemplate):
             while trials < MAX_TRIALS:
                 trials += 1
                 args = {p: cands[p][idx[p]].value for p in active}
+                ruled = self._ruled(ps, active, args, rows, cid)
+                if ruled is None or nonsense(ps, args):  # the documents do not decide it, or no one asks that
+                    movable = [p for p in active if idx[p] + 1 < len(cands[p]) and not looked_up(p, ps[p])]
+                    if not movable:
+                        break
+                    p = movable[rr % len(movable)]
+                    rr += 1
+                    idx[p] += 1
+                    continue
+                args.update({p: v for p, (v, _ids) in ruled.items()})
                 acts, _ = self._reach(args, {})
                 outs, changed = self.an.run(rows, opening + acts, self._meta(opening + acts))
                 bad = [o for o, e in outs if e]
@@ -581,7 +604,9 @@ class GenericTemplate(BaseTemplate):
                     self.trace.append((anchor[1] if anchor else None, args, bad[:1] or changed[-1:]))
                 if not bad and changed[-1]:
                     self._mutations.update(applied)
-                    return anchor, {p: cands[p][idx[p]] for p in active}
+                    out = {p: cands[p][idx[p]] for p in active}
+                    out.update({p: Cand(v, "constant", {"ids": ids}) for p, (v, ids) in ruled.items()})
+                    return anchor, out
                 if not bad:
                     err = "no change"
                 else:
@@ -656,6 +681,40 @@ class GenericTemplate(BaseTemplate):
                 rr += 1
                 idx[p] += 1
         return None
+
+    def _ruled(self, ps, active, args, rows, cid) -> dict[str, tuple[Any, list[str]]] | None:
+        """The values the documents give the looked-up arguments (fees, rates, limits) of this call,
+        each with the deciding constants; None when the documents do not decide one (the combination
+        is not synthesized).
+        """
+        out: dict[str, tuple[Any, list[str]]] = {}
+        todo = [p for p in active if looked_up(p, ps[p])]
+        if not todo:
+            return out
+        if ps[todo[0]].get("type") == "boolean" and all(ps[p].get("type") == "boolean" for p in todo):
+            return out  # a waiver the agent decides: kept out of what the customer says (see _draft)
+        options = {
+            q: [str(x) for x in (spec.get("enum") or literals(spec.get("description", "")))]
+            for q, spec in ps.items()
+            if q in args and (spec.get("enum") or len(literals(spec.get("description", ""))) >= 2)
+        }
+        record_values = [
+            v
+            for rid in [a for a in args.values() if isinstance(a, str)] + [cid]
+            for t, rs in rows.items()
+            if rid in rs
+            for v in rs[rid].values()
+            if isinstance(v, str)
+        ]
+        for p in todo:
+            if ps[p].get("type") == "boolean":
+                continue
+            try:
+                out[p] = rule_value(self._graph, self.an.domain, self.docs, p, args, options, record_values)
+            except LookupError:
+                self.failures[f"{p}: not decided by the documents"] += 1
+                return None
+        return out
 
     def _linked_ids(self, rows: dict, cid: str, params: list[str]) -> set[str]:
         """The record ids (not the customer's) that the records the other id parameters name hold or
@@ -865,6 +924,7 @@ class GenericTemplate(BaseTemplate):
         if view.customer_table is None:
             raise SynthesisError(f"{self.tool}: the domain has no customer table the generic templates can clone.")
         rng = random.Random(int(short_hash(plan.id, plan.seed, self.tool, n=12), 16))
+        self._graph = self.an.graph(getattr(ctx, "entity_graph", None))
         tag = ctx.ids.token(plan.id) if isinstance(ctx.ids, IdAllocator) else plan.id
         need = self._anchor_tables()
 
@@ -902,7 +962,19 @@ class GenericTemplate(BaseTemplate):
         inner: dict[str, Any] = {}
         say: dict[str, Any] = {}
         args = {p: c.value for p, c in cands.items()}
+        ps = self._params()[0]
+        decisive: list[str] = []
+        lookups: list[str] = []
         for p, c in cands.items():
+            if c.source == "constant":  # a fee / rate the documents decide: the agent looks it up
+                inner[p] = {"kind": "constant", "ids": c.where["ids"][:1], "op": "value"}
+                decisive += [i for i in c.where["ids"] if i not in decisive]
+                if c.value:
+                    lookups += [f"${c.value:,.2f}", f"${c.value:g}"]
+                continue
+            if looked_up(p, ps.get(p, {})) and c.source in ("fact", "literal", "enum"):
+                inner[p] = {"kind": "literal", "why": f"the agent's decision under {self.docs[:1] or 'the policy'}"}
+                continue  # a waiver the agent decides: not the customer's to say
             if c.source == "output":
                 inner[p] = {"kind": "output", "action": c.where["action"]}
             elif c.source == "db":
@@ -952,17 +1024,81 @@ class GenericTemplate(BaseTemplate):
             actions=actions,
             derivations=oders + lders + rders,
             facts=facts,
-            asks=[{"intent": self.intent, "say": say, "claims": {}}],
+            asks=[self._ask(rows, cid, cands, say, ps)],
             persona={"name": ident.name},
             expect_no_change=False,
             required_documents=docs,
             intent_query=finding_query(self.an.domain, self.intent, docs),
-            decisive=[],
+            decisive=decisive,
+            lookups=list(dict.fromkeys(lookups)),
             tags=["generic", self.tool],
             description=f"{self.tool} for a new customer ({plan.id}).",
         )
         draft.metadata = meta  # type: ignore[attr-defined]  # the benchmark layout's initial state
         return draft
+
+    def _ask(self, rows, cid, cands, say, ps) -> dict[str, Any]:
+        """The request as the customer makes it: the goal in their words, the records they mean told
+        apart from their others (SynthesisError when nothing does), and the choices they make, each
+        named by its meaning. Record cells, dates and yes/no answers stay facts the agent asks for.
+        """
+        view = self.an.view
+        ids = {rid for rs in rows.values() for rid in rs}
+        goal = customer_goal(self.desc)
+        refs: list[tuple[str, str]] = []
+        for p, c in cands.items():
+            v = c.value
+            if not isinstance(v, str) or v == cid or v not in ids:
+                continue
+            table = next(t for t, rs in rows.items() if v in rs)
+            if table == view.customer_table:
+                continue
+            text = describe_record(table, v, rows, ids | {cid})
+            if text is None:
+                self.failures["record not identifiable"] += 1
+                raise SynthesisError(f"{self.tool}: nothing tells record {v} from the customer's other {table}.")
+            refs.append((p, text, table))
+        if len(refs) > 1 and any(words(p) & {"source", "from"} for p, _, _ in refs):
+            goal = re.sub(r"\s+from one [\w ]+? to another\b", "", goal)
+        for p, text, table in refs:
+            noun = noun_of(table)
+            pat = r"\b(?:a|an|the|my|one)\s+(?:[\w-]+\s+){0,2}?" + r"\s+".join(map(re.escape, noun.split()[-1:]))
+            pat += r"s?\b(?:\s*\([^)]*\))?"
+            pw = words(p)
+            if len(refs) == 1 and re.search(pat, goal, flags=re.I):
+                goal = re.sub(pat, lambda _m, t=text: t, goal, count=1, flags=re.I)
+            elif pw & {"source", "from"}:
+                goal += f", from {text}"
+            elif pw & {"destination", "to"}:
+                goal += f", to {text}"
+            else:
+                goal += f" ({text})"
+        choices = {p: v for p, v in say.items() if self._states(p, v, ps, say)}
+        said = {p: detail(p, ps.get(p, {}), v) for p, v in choices.items()}
+        for p in [p for p in say if p not in choices]:
+            say.pop(p)
+        fields = ["{" + p + "}" for p in said]
+        body = ", ".join(fields[:-1]) + (" and " if len(fields) > 1 else "") + (fields[-1] if fields else "")
+        pats = [
+            f"Hi, I'd like to {goal}." + (f" Specifically: {body}." if body else ""),
+            f"Could you help me {goal}?" + (f" I'd like {body}." if body else ""),
+            f"Hello, I need to {goal}." + (f" Details: {body}." if body else ""),
+        ]
+        return {"intent": goal, "say": said, "claims": {}, "patterns": pats}
+
+    def _states(self, p: str, v: Any, ps: dict, say: dict) -> bool:
+        """Whether the customer states ``p`` in the request (a choice), not only when asked (a fact)."""
+        spec = ps.get(p, {})
+        if v == "customer request":  # a free-text placeholder: the agent may ask, the customer need not say it
+            return False
+        if isinstance(v, bool):  # a yes/no the agent asks for, unless it is the call's only choice
+            return sum(1 for q in say if q != p) == 0
+        if isinstance(v, str) and re.fullmatch(r"\d{1,2}/\d{1,2}/\d{2,4}|\d{4}-\d{2}-\d{2}", v):
+            return "new" in words(p)
+        if spec.get("enum") or "new" in words(p) or "reason" in words(p):
+            return True
+        cand_src = spec.get("type") in ("number", "integer") or isinstance(v, str)
+        return cand_src and not (words(p) & {"cvv", "last", "last4", "expiration", "digits"})
 
 
 def templates(domain: Any, entity_graph: Any = None, tool_graph: Any = None) -> dict[str, GenericTemplate]:
