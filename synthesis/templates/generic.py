@@ -1101,6 +1101,20 @@ class GenericTemplate(BaseTemplate):
         return cand_src and not (words(p) & {"cvv", "last", "last4", "expiration", "digits"})
 
 
+def customer_asks(an: Analysis, name: str) -> bool:
+    """Whether a customer would ask support for what tool ``name`` does: not a tool the documents keep
+    for staff (``internal use only``), nor one the customer runs alone that no document names and
+    that records their own spending (a purchase is no support request).
+    """
+    t = an.mech.tools[name]
+    desc = (t.description or "").lower()
+    if re.search(r"\b(internal|staff|agent|backend)[ -](use|only)\b", desc):
+        return False
+    named = any(name in (d.text or "") for d in an.domain.documents)
+    own = t.side == "user" and not t.hidden and not t.handover
+    return not (own and not named and words(desc) & {"transaction", "purchase"})
+
+
 def templates(domain: Any, entity_graph: Any = None, tool_graph: Any = None) -> dict[str, GenericTemplate]:
     """One template per write tool of ``domain`` (the tool graph's write tools when one is given)."""
     an = Analysis.of(domain)
@@ -1112,6 +1126,8 @@ def templates(domain: Any, entity_graph: Any = None, tool_graph: Any = None) -> 
             allowed = None
     out = {}
     for name in an.mech.write_tools(allowed):
+        if not customer_asks(an, name):
+            continue
         t = GenericTemplate(name, an)
         out[t.name] = t
     return out

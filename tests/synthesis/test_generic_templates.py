@@ -442,3 +442,10 @@ def _synth(tpl, ctx, i):
 
     plan = Plan(id=f"p-{tpl.tool[-4:]}-{i}", template=tpl.name, intent=tpl.intent, tools=[tpl.tool], seed=i)
     return asyncio.run(synthesize(plan, ctx))
+
+
+@needs_shared(TAU3_DATA)
+def test_tau3_no_template_for_what_no_customer_asks_support(tau3, tau3_tpls):
+    # submit_transaction is the customer's own purchase, run alone and named by no document
+    assert "generic:submit_transaction" not in tau3_tpls
+    assert "generic:order_debit_card_5739" in tau3_tpls and "generic:change_user_email" in tau3_tpls
