@@ -38,7 +38,7 @@ def serve(port_q: mp.Queue, latency: float) -> None:
         reply.delay = latency
         return reply
 
-    with FakeOpenAI(delayed) as server:
+    with FakeOpenAI(delayed, keep_requests=False) as server:
         port_q.put(server.url)
         while True:
             time.sleep(3600)

@@ -7,6 +7,7 @@ a zero-argument factory of policies (called for each episode).
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import functools
 import inspect
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.env import TauEnv
-from tau_env.error import InfrastructureError, InvalidOptionError
+from tau_env.error import Error, InfrastructureError, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult, arun_episode, episode_seed, run_episode
 from tau_env.harness.metrics import INFRA, compute_metrics, format_metrics
 from tau_env.harness.results import ResultsFolder
@@ -532,12 +533,16 @@ async def run_plan(
     for e in pool:
         free.put_nowait(e)
     results: list[EpisodeResult | None] = [None] * len(plan)
+    idle = _IdleWork()
+    unstarted = [len(plan)]  # episodes that have no env yet
 
     async def one(i: int, task_id: str, trial: int, ep_seed: int) -> None:
         e = await free.get()
+        unstarted[0] -= 1
         try:
             for attempt in range(episode_retries + 1):
                 try:
+                    idle.add(lambda: e.db.read_schema())  # runs after the reset, once the episode awaits a model
                     results[i] = await arun_episode(e, new_agent(), new_user(), task_id, ep_seed, trial, loop_limit)
                     break
                 except InfrastructureError as err:
@@ -547,11 +552,72 @@ async def run_plan(
                         )
         finally:
             free.put_nowait(e)
+            if not unstarted[0]:  # no episode will need it again: close it while the loop has time
+                idle.add(e.close)
         if on_result is not None:
             on_result(results[i])
 
-    await asyncio.gather(*(one(i, *p) for i, p in enumerate(plan)))
+    worker = asyncio.ensure_future(idle.run())
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        # Start the episodes one loop iteration apart while envs are free, as the stub's timers
+        # would: each episode's first request leaves (connection made, request written) as soon
+        # as it is reset rather than after a thousand resets, and replies come back staggered.
+        idle.hold = True
+        for i, p in enumerate(plan):
+            tasks.append(asyncio.ensure_future(one(i, *p)))
+            if not free.empty():
+                await asyncio.sleep(0)
+        idle.hold = False
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise
+    finally:
+        worker.cancel()
     return [r for r in results if r is not None], pool
+
+
+class _IdleWork:
+    """Work the event loop does while it would otherwise wait, so that it is not in a burst's way:
+    each new env's database reads its schema (:meth:`~tau_env.db.EpisodeDB.read_schema`, half a
+    millisecond) while its episode waits for a model, rather than on the episode's first query,
+    when a thousand episodes in flight would pay it together; envs no episode will use again are
+    closed. A slice of at most ``SLICE`` seconds runs when a timer of ``TICK`` seconds fired on
+    time (the loop had nothing else to do) and nothing holds it; what is left undone is done
+    where it is needed (a first query reads the schema; the run closes its envs at the end).
+    """
+
+    TICK = 0.001
+    SLICE = 0.001
+
+    def __init__(self) -> None:
+        self.todo: collections.deque[Callable[[], Any]] = collections.deque()
+        self.wake = asyncio.Event()
+        self.hold = False
+
+    def add(self, job: Callable[[], Any]) -> None:
+        self.todo.append(job)
+        self.wake.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        todo = self.todo
+        while True:
+            if not todo:
+                self.wake.clear()
+                await self.wake.wait()
+            before = loop.time()
+            await asyncio.sleep(self.TICK)
+            if self.hold or loop.time() - before > 2 * self.TICK:  # busy: other callbacks ran meanwhile
+                continue
+            end = time.perf_counter() + self.SLICE
+            while todo and time.perf_counter() < end:
+                try:
+                    todo.popleft()()
+                except Error:  # an env closed meanwhile: nothing left to do for it
+                    pass
 
 
 def _bar(total: int, enabled: bool) -> Any:
