@@ -526,7 +526,9 @@ async def run_plan(
     on_result: Callable[[EpisodeResult], None] | None = None,
     first: TauEnv | None = None,
 ) -> tuple[list[EpisodeResult], list[TauEnv]]:
-    """Run ``plan`` with up to ``concurrency`` episodes in flight; results in plan order, and the envs used."""
+    """Run ``plan`` with up to ``concurrency`` episodes in flight; results in plan order, and the envs used
+    (those that no episode needed at the end may be closed already; closing again is harmless).
+    """
     n_envs = max(1, min(concurrency, len(plan)))
     pool = ([first] if first is not None else []) + [make_env() for _ in range(n_envs - (first is not None))]
     free: asyncio.Queue[TauEnv] = asyncio.Queue()
@@ -535,14 +537,17 @@ async def run_plan(
     results: list[EpisodeResult | None] = [None] * len(plan)
     idle = _IdleWork()
     unstarted = [len(plan)]  # episodes that have no env yet
+    new = set(map(id, pool))  # envs that have not played yet: their first reset opens a connection
 
     async def one(i: int, task_id: str, trial: int, ep_seed: int) -> None:
         e = await free.get()
         unstarted[0] -= 1
+        if id(e) in new:
+            new.discard(id(e))
+            idle.add(lambda: e.db.read_schema())  # runs after the reset, once the episode awaits a model
         try:
             for attempt in range(episode_retries + 1):
                 try:
-                    idle.add(lambda: e.db.read_schema())  # runs after the reset, once the episode awaits a model
                     results[i] = await arun_episode(e, new_agent(), new_user(), task_id, ep_seed, trial, loop_limit)
                     break
                 except InfrastructureError as err:
@@ -584,13 +589,15 @@ class _IdleWork:
     each new env's database reads its schema (:meth:`~tau_env.db.EpisodeDB.read_schema`, half a
     millisecond) while its episode waits for a model, rather than on the episode's first query,
     when a thousand episodes in flight would pay it together; envs no episode will use again are
-    closed. A slice of at most ``SLICE`` seconds runs when a timer of ``TICK`` seconds fired on
-    time (the loop had nothing else to do) and nothing holds it; what is left undone is done
-    where it is needed (a first query reads the schema; the run closes its envs at the end).
+    closed. A slice of at most ``SLICE`` seconds runs after a wait of ``TICK`` seconds in which
+    the loop's thread was busy less than ``BUSY`` of the time (replies that trickle in keep it
+    waiting) and while nothing holds it; what is left undone is done where it is needed (a first
+    query reads the schema; the run closes its envs at the end).
     """
 
     TICK = 0.001
-    SLICE = 0.001
+    BUSY = 0.2
+    SLICE = 0.002
 
     def __init__(self) -> None:
         self.todo: collections.deque[Callable[[], Any]] = collections.deque()
@@ -602,18 +609,18 @@ class _IdleWork:
         self.wake.set()
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        todo = self.todo
+        todo, clock, cpu = self.todo, time.perf_counter, time.thread_time
         while True:
             if not todo:
                 self.wake.clear()
                 await self.wake.wait()
-            before = loop.time()
+            t0, c0 = clock(), cpu()
             await asyncio.sleep(self.TICK)
-            if self.hold or loop.time() - before > 2 * self.TICK:  # busy: other callbacks ran meanwhile
+            t1 = clock()
+            if self.hold or cpu() - c0 > self.BUSY * (t1 - t0):  # the loop had other work meanwhile
                 continue
-            end = time.perf_counter() + self.SLICE
-            while todo and time.perf_counter() < end:
+            end = t1 + self.SLICE
+            while todo and clock() < end:
                 try:
                     todo.popleft()()
                 except Error:  # an env closed meanwhile: nothing left to do for it
