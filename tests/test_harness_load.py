@@ -179,3 +179,35 @@ def test_the_scripted_server_can_keep_no_requests():
     with FakeOpenAI(lambda req: text("kept")) as server:
         asyncio.run(ask(server.url))
         assert [r["messages"] for r in server.requests] == [[{"role": "user", "content": "hi"}]]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+@pytest.mark.parametrize("frozen_before", [False, True])
+def test_a_run_leaves_the_cycle_collector_as_it_found_it(domain, enabled, frozen_before):
+    import gc
+
+    seen = []
+
+    class Watching(OracleAgent):  # what the collector looks like while episodes play
+        async def aact(self, obs):
+            await asyncio.sleep(0.01)  # the episodes have all started by now
+            seen.append((gc.isenabled(), gc.get_freeze_count() > 0))
+            return self(obs)
+
+    was_enabled = gc.isenabled()
+    try:
+        if frozen_before:
+            gc.freeze()
+        frozen = gc.get_freeze_count()
+        if not enabled:
+            gc.disable()
+        run = asyncio.run(aevaluate(lambda: TauEnv(domain), Watching, ScriptedUser, trials=2, concurrency=6))
+        assert gc.isenabled() is enabled
+        assert gc.get_freeze_count() == frozen  # ours undone, the caller's left alone
+        assert len(run.results) == 6
+        assert seen and all(on == enabled for on, _ in seen)  # on again once the episodes have started
+        assert all(is_frozen for _, is_frozen in seen)
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
