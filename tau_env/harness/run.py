@@ -489,6 +489,11 @@ async def aevaluate(
     from the start, up to ``episode_retries`` times (an int >= 0); then it is recorded with
     termination reason ``"infrastructure_error"`` and left out of the scores. Results come back in
     plan order.
+
+    Episodes start one event-loop iteration apart; in the loop's idle time, new envs read their
+    database schemas and envs no episode needs any more are closed. Python's cycle collector is
+    off while the episodes start, and the objects alive then are frozen (``gc.freeze``) until
+    the run ends; the collector is left as it was found, and a caller's own freeze alone.
     """
     task_ids = check_settings(
         trials=trials,
