@@ -5,6 +5,7 @@ and a scripted server that holds no requests.
 
 import asyncio
 import sqlite3
+import sys
 
 import pytest
 from gymnasium import spaces as gym_spaces
@@ -211,3 +212,44 @@ def test_a_run_leaves_the_cycle_collector_as_it_found_it(domain, enabled, frozen
         gc.unfreeze()
         if was_enabled:
             gc.enable()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the listen queue's behaviour is Linux's")
+def test_the_scripted_server_queues_a_thousand_connects_while_busy():
+    """With the listen backlog at asyncio's default of 100, connects beyond it get no answer (their
+    SYN is dropped, and retried a second later) while the server's loop is busy."""
+    import select
+    import socket
+    import threading
+    import time
+    from urllib.parse import urlsplit
+
+    from tau_env.testing import FakeOpenAI, text
+
+    busy = threading.Event()
+
+    def script(req):
+        busy.set()
+        time.sleep(1.0)  # blocks the server's loop: nothing is accepted meanwhile
+        return text("done")
+
+    with FakeOpenAI(script) as server:
+        port = urlsplit(server.url).port
+        first = socket.create_connection(("127.0.0.1", port))
+        body = b'{"messages": []}'
+        first.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert busy.wait(5)
+        socks = []
+        try:
+            for _ in range(300):
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", port))
+                socks.append(s)
+            _, writable, _ = select.select([], socks, [], 0.5)
+            connected = [s for s in writable if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0]
+            assert len(connected) == len(socks)
+        finally:
+            for s in socks:
+                s.close()
+            first.close()
