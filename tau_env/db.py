@@ -344,38 +344,75 @@ class EpisodeDB:
     state, inside one transaction. The next ``start`` on the same base just rolls that
     transaction back (a few microseconds, schema and prepared statements kept); another base,
     or a state that was snapshotted or restored, is loaded into a fresh connection.
+
+    A fresh connection must read its schema (the tables and their digest triggers) before its
+    first query: about half a millisecond of CPU, paid by every new env, a thousand times at once
+    when a harness starts a thousand episodes. ``schema_pending`` says that a connection has not
+    yet been asked to read it; :meth:`read_schema` reads it now, so that a caller with idle time
+    (the harness, while episodes wait for their models) can take the cost off the first query.
     """
 
     def __init__(self, schema: Schema, image: bytes | None = None):
         self.schema = schema
-        self.conn = _connect()
+        self._conn: sqlite3.Connection | None = None  # opened on first use or by restore()
+        self.schema_pending = False  # a new connection that has run no query yet (see read_schema)
         self._base: bytes | None = None  # the image the open transaction started from
+        self._closed = False
         if image is not None:
-            self.conn.deserialize(image)
+            self._conn = _connect()
+            self._conn.deserialize(image)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The connection holding the state (a new one after ``restore``)."""
+        conn = self._conn
+        if conn is None:
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            conn = self._conn = _connect()
+        return conn
 
     # --- state -------------------------------------------------------------------------
     def start(self, base: bytes, init: Callable[[sqlite3.Connection], None] | None = None) -> None:
         """Begin an episode on ``base`` with ``init`` (the task's initial state) applied."""
-        if self._base is base and self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+        conn = self._conn
+        if self._base is base and conn is not None and conn.in_transaction:
+            conn.execute("ROLLBACK")
         else:
             self.restore(base)
             self._base = base
-        self.conn.execute("BEGIN")
+            conn = self._conn
+        conn.execute("BEGIN")
         if init is not None:
-            init(self.conn)
+            init(conn)
+            self.schema_pending = False  # the initial state's writes have read it
 
     def restore(self, image: bytes) -> None:
         """Replace the whole state by ``image`` (from ``build_image`` or ``snapshot``).
 
-        The state goes into a *new* connection (about 20 µs): SQLite 3.40's ``deserialize``
-        frees the schema that statements in Python's statement cache still point to, so
-        reusing one connection across a restore reads freed memory. ``conn`` changes here.
+        The state goes into a *new* connection (about 20 µs, and the schema to read on first use,
+        see the class doc): SQLite 3.40's ``deserialize`` frees the schema that statements in
+        Python's statement cache still point to, so reusing one connection across a restore reads
+        freed memory. ``conn`` changes here.
         """
-        self.conn.close()
-        self.conn = _connect()
-        self.conn.deserialize(image)
-        self._base = None
+        self._drop()
+        self._closed = False
+        conn = _connect()
+        conn.deserialize(image)
+        self._conn, self._base = conn, None
+        self.schema_pending = True
+
+    def read_schema(self) -> None:
+        """Make SQLite read the connection's schema now, if no query has yet (see the class doc)."""
+        if self.schema_pending:
+            self.schema_pending = False
+            self.conn.execute("SELECT 1 FROM sqlite_master LIMIT 0").fetchall()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        self.schema_pending = False
+        if conn is not None:
+            conn.close()
 
     def snapshot(self) -> bytes:
         """Serialize the current state; ``restore`` brings it back (in this or another EpisodeDB)."""
@@ -387,7 +424,9 @@ class EpisodeDB:
         return self.conn.serialize()
 
     def close(self) -> None:
-        self.conn.close()
+        """Close the connection; ``conn`` then raises ``sqlite3.ProgrammingError`` until a ``restore``."""
+        self._drop()
+        self._closed = True
 
     def savepoint(self, name: str = "tau_call", *, keep: bool = True) -> savepoint:
         """Run a block atomically on this episode's connection: ``with db.savepoint():`` (see

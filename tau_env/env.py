@@ -327,7 +327,8 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
         self.possible_agents = list(SEATS)
         self.observation_spaces = {s: observation_space(s) for s in SEATS}
         self.action_spaces = {s: MessageSpace() for s in SEATS}
-        self._rng = np.random.default_rng(0)
+        self._rng_seed: int | None = 0  # the task draw's generator, built on first use (see _draw)
+        self._rng: np.random.Generator | None = None
         # PettingZoo's per-seat state: empty until reset() (no seat is live).
         self.agents = []
         self.rewards = {}
@@ -394,10 +395,12 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
             task = self._task_from_options(options)
         if seed is not None:
             seed = int(seed)  # a numpy integer too (Gymnasium's spaces take Python ints only)
-            self._rng = np.random.default_rng(seed)
+            self._rng_seed, self._rng = seed, None
             for i, s in enumerate(SEATS):
                 self.action_spaces[s].seed(seed + i)
         if task is None:
+            if self._rng is None:  # built here: a reset that names its task never needs it
+                self._rng = np.random.default_rng(self._rng_seed)
             task = self.domain.task(self.task_pool[int(self._rng.integers(len(self.task_pool)))])
         self._start(task)
 

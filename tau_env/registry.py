@@ -106,6 +106,8 @@ def call_text(function: str, id: str, kwargs: Mapping[str, Any]) -> str:
 
 def _check_keywords(call: Callable[[], str], fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
     """Refuse keywords that neither the env nor the domain's loader takes, naming the ones that exist."""
+    if not kwargs:  # nothing to refuse (reading the signature costs more than making an env)
+        return
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature

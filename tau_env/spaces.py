@@ -26,7 +26,30 @@ class _JsonSpace(spaces.Space[Any]):
     """Base of the text-like spaces: no numpy shape, equality by class and arguments."""
 
     def __init__(self, seed: int | np.random.Generator | None = None):
+        self._seed: int | None = None  # a seed given to seed(), its generator not yet built
         super().__init__(shape=None, dtype=None, seed=seed)
+
+    def seed(self, seed: int | None = None) -> int | Any:
+        """Seed the sampler as Gymnasium's ``Space.seed`` does; the generator (a tenth of a
+        millisecond to build) is built on the first ``sample``, since an env reseeds its action
+        spaces on every seeded reset and most runs never sample them.
+        """
+        if type(seed) is int and seed >= 0:
+            self._seed, self._np_random = seed, None
+            return seed
+        self._seed = None
+        return super().seed(seed)
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        if self._np_random is None and self._seed is not None:
+            super().seed(self._seed)
+            self._seed = None
+        return super().np_random
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self._seed, self._np_random = None, value
 
     @property
     def is_np_flattenable(self) -> bool:

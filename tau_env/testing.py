@@ -42,17 +42,24 @@ def tool(name: str, arguments: dict[str, Any] | str, call_id: str = "c1", **kw: 
     )
 
 
+_BACKLOG = 4096
+
+
 class FakeOpenAI:
-    """The server; a context manager. ``requests`` holds every request body; ``connections`` counts
-    the connections accepted (keep-alive clients reuse theirs).
+    """The server; a context manager. ``requests`` holds every request body (unless
+    ``keep_requests=False``: a benchmark's server answering thousands of requests would otherwise
+    spend most of its time in garbage collections of them); ``connections`` counts the
+    connections accepted (keep-alive clients reuse theirs).
     """
 
-    def __init__(self, script: Callable[[dict[str, Any]], Reply]):
+    def __init__(self, script: Callable[[dict[str, Any]], Reply], *, keep_requests: bool = True):
         self.script = script
+        self.keep_requests = keep_requests
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
-        # the listen backlog: thousands of episodes may connect at once
-        self._sock = socket.create_server(("127.0.0.1", 0), backlog=4096)
+        # the listen backlog: thousands of episodes may connect at once (start_server listens again
+        # with its own backlog, 100 by default: _start passes this one)
+        self._sock = socket.create_server(("127.0.0.1", 0), backlog=_BACKLOG)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
         self._loop = asyncio.new_event_loop()
         self._handlers: set[asyncio.Task] = set()
@@ -70,7 +77,7 @@ class FakeOpenAI:
         self._loop.close()
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1 << 20)
+        self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1 << 20, backlog=_BACKLOG)
 
     async def _stop(self) -> None:
         self._server.close()
@@ -104,11 +111,16 @@ class FakeOpenAI:
             name, _, value = line.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
         body = json.loads(await reader.readexactly(int(headers.get("content-length", 0))) or b"{}")
-        self.requests.append(body)
+        if self.keep_requests:
+            self.requests.append(body)
         reply = self.script(body)
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
-        writer.write(_response(body, reply))
+        # The reply's bytes, made before the delay: a thousand decoded requests held while their
+        # replies wait would cost the server more in garbage collection than all else it does.
+        response, delay = _response(body, reply), reply.delay
+        del body, reply
+        if delay:
+            await asyncio.sleep(delay)
+        writer.write(response)
         await writer.drain()
         return headers.get("connection", "").lower() != "close"
 

@@ -7,20 +7,23 @@ a zero-argument factory of policies (called for each episode).
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import copy
 import functools
+import gc
 import inspect
 import os
 import re
 import time
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tau_env.env import TauEnv
-from tau_env.error import InfrastructureError, InvalidOptionError
+from tau_env.error import Error, InfrastructureError, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, EpisodeResult, arun_episode, episode_seed, run_episode
 from tau_env.harness.metrics import INFRA, compute_metrics, format_metrics
 from tau_env.harness.results import ResultsFolder
@@ -486,6 +489,11 @@ async def aevaluate(
     from the start, up to ``episode_retries`` times (an int >= 0); then it is recorded with
     termination reason ``"infrastructure_error"`` and left out of the scores. Results come back in
     plan order.
+
+    Episodes start one event-loop iteration apart; in the loop's idle time, new envs read their
+    database schemas and envs no episode needs any more are closed. Python's cycle collector is
+    off while the episodes start, and the objects alive then are frozen (``gc.freeze``) until
+    the run ends; the collector is left as it was found, and a caller's own freeze alone.
     """
     task_ids = check_settings(
         trials=trials,
@@ -525,16 +533,25 @@ async def run_plan(
     on_result: Callable[[EpisodeResult], None] | None = None,
     first: TauEnv | None = None,
 ) -> tuple[list[EpisodeResult], list[TauEnv]]:
-    """Run ``plan`` with up to ``concurrency`` episodes in flight; results in plan order, and the envs used."""
+    """Run ``plan`` with up to ``concurrency`` episodes in flight; results in plan order, and the envs used
+    (those that no episode needed at the end may be closed already; closing again is harmless).
+    """
     n_envs = max(1, min(concurrency, len(plan)))
     pool = ([first] if first is not None else []) + [make_env() for _ in range(n_envs - (first is not None))]
     free: asyncio.Queue[TauEnv] = asyncio.Queue()
     for e in pool:
         free.put_nowait(e)
     results: list[EpisodeResult | None] = [None] * len(plan)
+    idle = _IdleWork()
+    unstarted = [len(plan)]  # episodes that have no env yet
+    new = set(map(id, pool))  # envs that have not played yet: their first reset opens a connection
 
     async def one(i: int, task_id: str, trial: int, ep_seed: int) -> None:
         e = await free.get()
+        unstarted[0] -= 1
+        if id(e) in new:
+            new.discard(id(e))
+            idle.add(lambda: e.db.read_schema())  # runs after the reset, once the episode awaits a model
         try:
             for attempt in range(episode_retries + 1):
                 try:
@@ -547,11 +564,108 @@ async def run_plan(
                         )
         finally:
             free.put_nowait(e)
+            if not unstarted[0]:  # no episode will need it again: close it while the loop has time
+                idle.add(e.close)
         if on_result is not None:
             on_result(results[i])
 
-    await asyncio.gather(*(one(i, *p) for i, p in enumerate(plan)))
+    worker = asyncio.ensure_future(idle.run())
+    tasks: list[asyncio.Task[None]] = []
+    with _quiet_collector() as launched:
+        try:
+            # Start the episodes one loop iteration apart while envs are free, as the stub's timers
+            # would: each episode's first request leaves (connection made, request written) as soon
+            # as it is reset rather than after a thousand resets, and replies come back staggered.
+            idle.hold = True
+            for i, p in enumerate(plan):
+                tasks.append(asyncio.ensure_future(one(i, *p)))
+                if not free.empty():
+                    await asyncio.sleep(0)
+            idle.hold = False
+            launched()
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            raise
+        finally:
+            worker.cancel()
     return [r for r in results if r is not None], pool
+
+
+@contextlib.contextmanager
+def _quiet_collector() -> Iterator[Callable[[], None]]:
+    """Keep Python's cycle collector out of a run's way, and restore it as it was.
+
+    While the episodes start, every new env, connection and episode allocates, which would set off
+    full collections (tens of milliseconds each, examining every object) in the middle of the
+    start: the collector is off until the block calls the function it is given. Then the objects
+    alive at that point (the envs, the domain, the caller's) are frozen (``gc.freeze``), so that
+    later collections examine only what the episodes allocate; they are unfrozen when the block
+    ends. Nothing is frozen when something else has frozen objects already (its freeze is left
+    alone), and a collector the caller had turned off stays off.
+    """
+    enabled, froze = gc.isenabled(), False
+
+    def launched() -> None:
+        nonlocal froze
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            froze = True
+        if enabled:
+            gc.enable()
+
+    gc.disable()
+    try:
+        yield launched
+    finally:
+        if froze:
+            gc.unfreeze()
+        if enabled:
+            gc.enable()
+
+
+class _IdleWork:
+    """Work the event loop does while it would otherwise wait, so that it is not in a burst's way:
+    each new env's database reads its schema (:meth:`~tau_env.db.EpisodeDB.read_schema`, half a
+    millisecond) while its episode waits for a model, rather than on the episode's first query,
+    when a thousand episodes in flight would pay it together; envs no episode will use again are
+    closed. A slice of at most ``SLICE`` seconds runs after a wait of ``TICK`` seconds in which
+    the loop's thread was busy less than ``BUSY`` of the time (replies that trickle in keep it
+    waiting) and while nothing holds it; what is left undone is done where it is needed (a first
+    query reads the schema; the run closes its envs at the end).
+    """
+
+    TICK = 0.001
+    BUSY = 0.2
+    SLICE = 0.002
+
+    def __init__(self) -> None:
+        self.todo: collections.deque[Callable[[], Any]] = collections.deque()
+        self.wake = asyncio.Event()
+        self.hold = False
+
+    def add(self, job: Callable[[], Any]) -> None:
+        self.todo.append(job)
+        self.wake.set()
+
+    async def run(self) -> None:
+        todo, clock, cpu = self.todo, time.perf_counter, time.thread_time
+        while True:
+            if not todo:
+                self.wake.clear()
+                await self.wake.wait()
+            t0, c0 = clock(), cpu()
+            await asyncio.sleep(self.TICK)
+            t1 = clock()
+            if self.hold or cpu() - c0 > self.BUSY * (t1 - t0):  # the loop had other work meanwhile
+                continue
+            end = t1 + self.SLICE
+            while todo and clock() < end:
+                try:
+                    todo.popleft()()
+                except Error:  # an env closed meanwhile: nothing left to do for it
+                    pass
 
 
 def _bar(total: int, enabled: bool) -> Any:

@@ -111,6 +111,7 @@ class Toolbox:
         # Schema lists by active set, shared by every env of this toolbox: the same dicts each time,
         # so that a client can encode them once (see ChatClient).
         self._schemas: dict[frozenset[str], tuple[dict[str, Any], ...]] = {}
+        self._initial: tuple[tuple[int, ...], dict[str, frozenset[str]]] | None = None
         for t in tools:
             if t.name in self.tools:
                 raise ToolDefinitionError(f"Two tools are named {t.name!r}.")
@@ -126,11 +127,15 @@ class Toolbox:
         self.tools[t.name] = t
 
     def initial_active(self) -> dict[str, set[str]]:
-        """Tools active at the start of an episode: all but discoverable, hand-over and hidden tools."""
-        return {
-            s: {n for n, t in self.tools.items() if t.side == s and not (t.discoverable or t.handover or t.hidden)}
-            for s in SEATS
-        }
+        """Tools active at the start of an episode: all but discoverable, hand-over and hidden tools
+        (new sets: an episode's meta tools add to them).
+        """
+        key = tuple(map(id, self.tools.values()))
+        if self._initial is None or self._initial[0] != key:  # computed once per set of tools
+            tools = self.tools.items()
+            hidden = {n for n, t in tools if t.discoverable or t.handover or t.hidden}
+            self._initial = (key, {s: frozenset(n for n, t in tools if t.side == s and n not in hidden) for s in SEATS})
+        return {s: set(active) for s, active in self._initial[1].items()}
 
     def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
         """OpenAI schemas of ``names`` in the toolbox's definition order (read them; do not change them)."""
