@@ -72,7 +72,10 @@ def test_the_wheel_ships_the_consumers_under_tau_env_and_no_top_level_name_but_t
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"tau_env"}
     for folder, name in MAPPED.items():
-        for source in [*(ROOT / folder).rglob("*.py"), *(ROOT / folder).glob("data/*.json")]:
+        shipped = ("*.py", "data/*.json", "configs/*.yaml", "launch/*.sh", "*.sh")
+        for source in [
+            p for pattern in shipped for p in (ROOT / folder).glob(pattern if "/" in pattern else f"**/{pattern}")
+        ]:
             assert "/".join((*name.split("."), *source.relative_to(ROOT / folder).parts)) in names
     zipfile.ZipFile(wheel).extractall(tmp_path)
     code = "import tau_env.synthesis.records as r, tau_env; print(r.__file__)"
