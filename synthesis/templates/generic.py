@@ -709,6 +709,8 @@ class GenericTemplate(BaseTemplate):
         for p in todo:
             if ps[p].get("type") == "boolean":
                 continue
+            if re.search(r"\bif applicable\b", ps[p].get("description") or "", re.I):
+                continue  # a conditional fee (exceeding a limit): not applicable to a first order, 0 below
             try:
                 out[p] = rule_value(self._graph, self.an.domain, self.docs, p, args, options, record_values)
             except LookupError:
@@ -967,10 +969,19 @@ class GenericTemplate(BaseTemplate):
         lookups: list[str] = []
         for p, c in cands.items():
             if c.source == "constant":  # a fee / rate the documents decide: the agent looks it up
-                inner[p] = {"kind": "constant", "ids": c.where["ids"][:1], "op": "value"}
+                dollars = f"${c.value:,.2f}" if "fee" in words(p) or ps.get(p, {}).get("type") == "number" else c.value
+                inner[p] = {
+                    "kind": "rule",
+                    "ids": c.where["ids"][:1],
+                    "value": {"kind": "literal", "why": f"{dollars}: the document's value, as the tool takes it"},
+                }
                 decisive += [i for i in c.where["ids"] if i not in decisive]
                 if c.value:
                     lookups += [f"${c.value:,.2f}", f"${c.value:g}"]
+                continue
+            if looked_up(p, ps.get(p, {})) and re.search(r"\bif applicable\b", ps[p].get("description") or "", re.I):
+                args[p] = c.value = 0.0 if ps[p].get("type") == "number" else 0
+                inner[p] = {"kind": "literal", "why": "a conditional fee whose condition the records do not meet"}
                 continue
             if looked_up(p, ps.get(p, {})) and c.source in ("fact", "literal", "enum"):
                 inner[p] = {"kind": "literal", "why": f"the agent's decision under {self.docs[:1] or 'the policy'}"}
@@ -1097,7 +1108,7 @@ class GenericTemplate(BaseTemplate):
             return "new" in words(p)
         if spec.get("enum") or "new" in words(p) or "reason" in words(p):
             return True
-        cand_src = spec.get("type") in ("number", "integer") or isinstance(v, str)
+        cand_src = spec.get("type") in ("number", "integer") or isinstance(v, (str, int, float))
         return cand_src and not (words(p) & {"cvv", "last", "last4", "expiration", "digits"})
 
 

@@ -46,6 +46,9 @@ def customer_goal(description: str) -> str:
     s = re.split(r"(?<=[.!?])\s|\n", (description or "").strip(), maxsplit=1)[0].rstrip(".").strip()
     s = re.sub(r"\b(?:a|the)\s+(?:customer|user|cardholder)'s\b", "my", s, flags=re.I)
     s = re.sub(r"\b(?:customer|user)'s\b", "my", s, flags=re.I)
+    for verb, mine in (("has", "I have"), ("knows", "I know"), ("is", "I am"), ("wants", "I want")):
+        s = re.sub(rf"\b(?:the|a)\s+(?:customer|user)\s+{verb}\b", mine, s, flags=re.I)
+    s = re.sub(r"\btheir\b", "my", s, flags=re.I) if re.search(r"\b(?:customer|user)\b", s, re.I) else s
     s, n = re.subn(r"\s+for\s+(?:a|the)\s+(?:customer|user)\b", "", s, flags=re.I)
     if n:
         s = re.sub(r"^(\w+(?:\s+\w+)?)\s+the\b", r"\1 my", s, count=1)
@@ -159,6 +162,9 @@ def detail(param: str, spec: dict[str, Any], value: Any) -> str:
     noun = " ".join(w for w in pw if w not in ("id", "type", "option", "speed", "new", "current", "old")) or param
     desc = spec.get("description") or ""
     if isinstance(value, bool):
+        said = re.search(rf"\b{value}\s+to\s+([^,.;]+)", desc)
+        if said:
+            return f"please {said.group(1).strip()}"
         clause = re.sub(r"^\s*(whether|true to|if)\s+", "", desc.split(".")[0], flags=re.I).strip()
         clause = customer_goal(clause) if clause else noun
         return f"{'yes' if value else 'no'}, {clause}" if clause else f"{noun}: {'yes' if value else 'no'}"

@@ -281,7 +281,9 @@ def default_candidates(param: str, spec: dict[str, Any], desc: str, rng: random.
         rng.shuffle(vals)
         return [Cand(v, "fact") for v in vals]
     if typ in ("number", "integer"):
-        if w & {"fee"}:
+        if w & {"income", "salary"}:
+            base = [42000, 58000, 76000, 98000, 125000]
+        elif w & {"fee"}:
             base = [0, 5, 10, 25]
         elif w & {"limit"}:
             base = [1000, 2500, 5000, 7500, 10000]

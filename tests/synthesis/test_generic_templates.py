@@ -316,7 +316,7 @@ def test_tau3_clone_cards_get_fresh_last4_and_cvv(tau3):
 
 
 @needs_shared(TAU3_DATA)
-def test_tau3_account_class_is_a_level_of_the_type_and_merchants_are_real(tau3, tau3_tpls):
+def test_tau3_account_class_is_a_level_of_the_type(tau3, tau3_tpls):
     accounts = tau3.db_json["accounts"]["data"].values()
     levels: dict[str, set] = {}
     for r in accounts:
@@ -325,10 +325,7 @@ def test_tau3_account_class_is_a_level_of_the_type_and_merchants_are_real(tau3, 
         args, _ = _call(task)
         assert args["account_class"] in levels  # a full class name ('Blue Account'), not 'checking'
         assert args["account_type"].rstrip("s") in levels[args["account_class"]]  # a level of the chosen type
-    merchants = {r["merchant_name"] for r in tau3.db_json["credit_card_transaction_history"]["data"].values()}
-    for task in _verified(tau3, tau3_tpls, "submit_transaction"):
-        args, der = _call(task)
-        assert args["merchant_name"] in merchants and der["merchant_name"]["kind"] == "fact"
+    # (submit_transaction, whose merchant names were checked here, is no customer's support request any more)
 
 
 # --- third pass: grounded, answerable requests ------------------------------------------------------------
@@ -408,6 +405,8 @@ def test_tau3_card_fees_come_from_the_tier_rules(tau3):
 
 @needs_shared(TAU3_DATA)
 def test_tau3_requests_are_the_customers_and_fees_are_decisive(tau3, tau3_tpls):
+    from tau_env.synthesis.verify import verify
+
     for tool in ("order_debit_card_5739", "close_bank_account_7392", "file_credit_card_transaction_dispute_4829"):
         tasks = []
         tpl = tau3_tpls[f"generic:{tool}"]
@@ -421,14 +420,17 @@ def test_tau3_requests_are_the_customers_and_fees_are_decisive(tau3, tau3_tpls):
                 break
         assert tasks, tool
         for task in tasks:
+            assert verify(task, tau3) == [], tool
             req = task.scenario.requests[0]
             assert "customer's" not in req and "; " not in req, req
             assert not re.search(r"\(([^()]*; )+[^()]*\)", req), req  # no list of bare values
             args, der = _call(task)
             prov = task.metadata["synthesis"]
             for p, v in args.items():
-                if looked_up(p, {}) and not isinstance(v, bool):
-                    assert der[p]["kind"] == "constant" and der[p]["ids"][0] in prov["decisive"], (p, der[p])
+                if p == "excess_replacement_fee":  # "if applicable": a conditional fee, 0 for a first order
+                    assert v == 0 and der[p]["kind"] == "literal"
+                elif looked_up(p, {}) and not isinstance(v, bool):
+                    assert der[p]["kind"] == "rule" and der[p]["ids"][0] in prov["decisive"], (p, der[p])
                     assert fact_key(p) not in task.scenario.facts
             if tool == "file_credit_card_transaction_dispute_4829":  # which transaction: merchant, date, amount
                 txn = _rows(task, "credit_card_transaction_history")[args["transaction_id"]]
