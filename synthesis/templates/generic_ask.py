@@ -36,8 +36,8 @@ _HEADING = re.compile(r"^\s*(?:#+\s*)?([A-Za-z][A-Za-z &/-]{1,48}?)\s*:?\s*$")
 def looked_up(param: str, spec: dict[str, Any]) -> bool:
     """Whether the agent must look up ``param`` (a fee, a rate, a limit), not the customer state it."""
     desc = spec.get("description") or ""
-    if spec.get("enum") or _CHOSEN.search(desc):
-        return False
+    if spec.get("enum") or _CHOSEN.search(desc) or spec.get("type", "number") == "string":
+        return False  # a category (limit_type 'atm'), not an amount
     return bool(words(param) & LOOKED_UP)
 
 
