@@ -219,6 +219,9 @@ def train(cfg: GRPOConfig) -> Path:
         restore_rng(ckpt.state)
     pool = task_pool(cfg)
     metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
+    saved = out / "rollouts.jsonl"  # a resumed run redoes the steps after its checkpoint
+    kept = [r for r in MetricsLog.read(saved) if r["step"] <= start] if start and saved.is_file() else []
+    saved.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
     agent = {
         "domain": cfg.domain,
         "retrieval": cfg.retrieval or None,

@@ -247,6 +247,7 @@ def test_one_grpo_step_on_real_rollouts(tiny_dir, tmp_path):
     # resume: a second run to 2 steps starts from the checkpoint
     grpo.train(grpo.GRPOConfig(**{**cfg.__dict__, "steps": 2}))
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert [json.loads(x)["step"] for x in (out / "rollouts.jsonl").read_text().splitlines()] == [1, 1, 2, 2]
 
 
 def test_grpo_gradient_reaches_only_agent_tokens(tiny_dir):
