@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 from tau_env.adapters.errors import AdapterError, require
 from tau_env.adapters.gym import _fingerprint
 
@@ -66,6 +66,14 @@ class ServeLimits:
         max_sessions: Most live sessions, HTTP and WebSocket together (503 beyond).
         idle_timeout_s: A session unused this long is closed and its database dropped.
         reap_interval_s: How often idle sessions are looked for (None: a quarter of the timeout, at most 5 s).
+        max_session_bytes: Most bytes (as JSON) of the messages one session's chat may hold; every reply
+            carries the chat, so this bounds replies and a session's memory too (413 and the session
+            closed beyond). 2 MiB is some 500k tokens, more than any model's context.
+        max_connections: Most open connections (HTTP and WebSocket); one beyond gets a 503 and is closed at once.
+        header_timeout_s: Time a connection has to send a whole request head (request line and headers),
+            from when it opens or its first byte after the previous reply (408 and closed beyond).
+        body_timeout_s: Time a request has to send its whole body once its head is in (408 and closed beyond).
+        keep_alive_timeout_s: An idle keep-alive connection is closed after this long.
     """
 
     max_request_bytes: int = 1 << 20
@@ -74,14 +82,22 @@ class ServeLimits:
     max_sessions: int = 256
     idle_timeout_s: float = 600.0
     reap_interval_s: float | None = None
+    max_session_bytes: int = 2 << 20
+    max_connections: int = 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        for name in ("max_request_bytes", "max_message_bytes", "max_tool_calls", "max_sessions"):
+        ints = ("max_request_bytes", "max_message_bytes", "max_tool_calls", "max_sessions", "max_session_bytes")
+        for name in (*ints, "max_connections"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidOptionError(f"ServeLimits.{name} must be a positive integer, got {v!r}.")
-        if not self.idle_timeout_s > 0:
-            raise InvalidOptionError(f"ServeLimits.idle_timeout_s must be positive, got {self.idle_timeout_s!r}.")
+        for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+                raise InvalidOptionError(f"ServeLimits.{name} must be a positive number of seconds, got {v!r}.")
 
     @property
     def reap_every(self) -> float:
@@ -128,20 +144,34 @@ class TauObservation(_Strict):
 class ResetBody(_Strict):
     """``/reset`` (and the WebSocket ``reset`` data): which task, which seed."""
 
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    seed: StrictInt | None = Field(default=None, ge=0, le=2**63 - 1)  # strict: true is not 1
     episode_id: str | None = Field(default=None, max_length=255)
     task_id: str | None = Field(default=None, max_length=200)
-    task_index: int | None = Field(default=None, ge=0, le=2**31)
+    task_index: StrictInt | None = Field(default=None, ge=0, le=2**31)
     session_id: str | None = Field(default=None, max_length=128)
 
 
 class StepBody(_Strict):
-    """``/step``: OpenEnv's step request (``action``, ``timeout_s``, ``request_id``) plus the session."""
+    """``/step``: OpenEnv's step request (``action``, ``timeout_s``, ``request_id``) plus the session.
+
+    ``timeout_s`` is refused unless null: a step (tool calls, then the user's turns) cannot be cut off
+    half-way without leaving the episode in between two seats.
+    """
 
     action: TauAction
-    timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: None = None
     request_id: str | None = Field(default=None, max_length=255)
     session_id: str | None = Field(default=None, max_length=128)
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _no_timeout(cls, v: Any) -> None:
+        if v is not None:
+            raise ValueError(
+                "timeout_s is not supported by tau-env serve (a step cannot stop half-way); "
+                "leave it out and set a timeout on your client instead"
+            )
+        return None
 
 
 class WSMessage(_Strict):
@@ -152,9 +182,10 @@ class WSMessage(_Strict):
 class ClientError(Exception):
     """A request the server refuses: an HTTP status, a short code and a message (sent as JSON)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, *, close: bool = False) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.close = close  # the session is closed too (it broke a limit for good)
 
     def body(self) -> dict[str, Any]:
         return {"error": self.code, "message": self.message}
@@ -170,8 +201,13 @@ def validation_error(e: ValidationError) -> ClientError:
 class Session:
     """One client's episode: its own env (its own in-memory database), user policy and clock."""
 
-    def __init__(self, sid: str, env: tau_env.TauEnv, user: Any, loop_limit: int | None) -> None:
+    def __init__(
+        self, sid: str, env: tau_env.TauEnv, user: Any, loop_limit: int | None, max_bytes: int | None = None
+    ) -> None:
         self.id, self.env, self.user, self.loop_limit = sid, env, user, loop_limit
+        self.max_bytes = max_bytes
+        self.bytes = 0  # the JSON size of the agent's chat so far (what every reply carries)
+        self._counted = 0  # how many of the chat's messages self.bytes covers
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
         self.started = False
@@ -200,6 +236,7 @@ class Session:
             reset(task=self.env.task, seed=seed)
         self.started, self.episode_id = True, body.episode_id
         self._last_fp, self._repeats = None, 0
+        self.bytes = self._counted = 0
         await self._user_turns()
         return self.result()
 
@@ -214,7 +251,10 @@ class Session:
             raise ClientError(
                 422, "too_many_tool_calls", f"{n} tool calls in one step; at most {limits.max_tool_calls}."
             )
-        env.step(action.model_dump(exclude={"metadata"}, exclude_none=True))
+        message = action.model_dump(exclude={"metadata"}, exclude_none=True)
+        if self.max_bytes is not None and self.bytes + len(json.dumps(message, default=str)) > self.max_bytes:
+            raise self._too_large()
+        env.step(message)
         if self.loop_limit:
             fp = _fingerprint(env.trajectory[-1]["message"])
             self._repeats = self._repeats + 1 if fp == self._last_fp else 1
@@ -224,11 +264,31 @@ class Session:
         await self._user_turns()
         return self.result()
 
+    def _too_large(self) -> ClientError:
+        return ClientError(
+            413,
+            "session_too_large",
+            f"This session's chat would exceed {self.max_bytes} bytes (the server's --max-session-bytes); "
+            "the session is closed: reset for a new one.",
+            close=True,
+        )
+
     def result(self) -> dict[str, Any]:
-        """OpenEnv's result: ``{"observation": ..., "reward": ..., "done": ...}``."""
+        """OpenEnv's result: ``{"observation": ..., "reward": ..., "done": ...}``.
+
+        Raises:
+            ClientError: 413, the chat has grown past the session's byte budget (the session must close).
+        """
         env = self.env
         over = env.termination_reason is not None
         view = env.observe(_AGENT)
+        messages = view["messages"]
+        if len(messages) < self._counted:  # never shrinks within an episode; recount if it ever does
+            self.bytes = self._counted = 0
+        self.bytes += sum(len(json.dumps(m, default=str)) for m in messages[self._counted :])
+        self._counted = len(messages)
+        if self.max_bytes is not None and self.bytes > self.max_bytes:
+            raise self._too_large()
         obs = {
             "messages": view["messages"],
             "tools": view["tools"],
@@ -277,7 +337,9 @@ class Sessions:
                 503, "capacity_reached", f"The server holds its maximum of {self.limits.max_sessions} sessions."
             )
         sid = secrets.token_urlsafe(24)
-        s = self.live[sid] = Session(sid, self._new_env(), copy.deepcopy(self.user), self.loop_limit)
+        s = self.live[sid] = Session(
+            sid, self._new_env(), copy.deepcopy(self.user), self.loop_limit, self.limits.max_session_bytes
+        )
         return s
 
     def get(self, sid: str | None) -> Session:
@@ -330,25 +392,68 @@ def is_loopback(host: str) -> bool:
 def load_token(token_file: str | Path | None = None, environ: dict[str, str] | None = None) -> str | None:
     """The server's token: the first line of ``token_file`` if given, else ``$TAU_ENV_SERVE_TOKEN``, else None.
 
+    Only the file's first line counts (stripped of surrounding blanks); the rest of the file is ignored.
+
     Raises:
-        AdapterError: The file cannot be read, or the token is shorter than 16 characters.
+        AdapterError: The file cannot be read or its first line is empty, or the token is shorter than
+            16 characters or holds a character other than printable ASCII without spaces (which a client
+            could not send in its ``Authorization`` header).
     """
     environ = os.environ if environ is None else environ
     if token_file is not None:
         try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
+            text = Path(token_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise AdapterError(f"Cannot read the token file {str(token_file)!r}: {e}") from e
+        token = (text.splitlines() or [""])[0].strip()
+        if not token:
+            raise AdapterError(
+                f"The token file {str(token_file)!r} has an empty first line; the token is the file's first line."
+            )
+        where = f"the first line of {str(token_file)!r}"
     else:
         token = environ.get(TOKEN_ENV, "").strip() or None
         if token is None:
             return None
+        where = f"${TOKEN_ENV}"
     if len(token) < 16:
         raise AdapterError(
-            f"The token is {len(token)} characters long; use at least 16 random characters "
+            f"The token ({where}) is {len(token)} characters long; use at least 16 random characters "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')."
+        )
+    if not all("!" <= c <= "~" for c in token):
+        raise AdapterError(
+            f"The token ({where}) holds a space, control or non-ASCII character, which a client cannot send in "
+            "'Authorization: Bearer <token>'; use printable ASCII only "
             "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')."
         )
     return token
+
+
+def _host_of(value: str) -> str:
+    """The host of a ``Host`` header value or of a URL's authority (``[::1]:80`` -> ``::1``)."""
+    value = value.strip()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def host_header_ok(host: str | None) -> bool:
+    """Whether a request's ``Host`` header names a loopback address (or is absent): the DNS-rebinding guard.
+
+    A web page that makes ``evil.example`` resolve to 127.0.0.1 still sends ``Host: evil.example``.
+    """
+    return host is None or is_loopback(_host_of(host).lower())
+
+
+def origin_ok(origin: str | None) -> bool:
+    """Whether an ``Origin`` header is absent (not a browser) or a loopback page's (``http://127.0.0.1:3000``)."""
+    if origin is None:
+        return True
+    scheme, sep, rest = origin.strip().partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return False  # "null" (a sandboxed or file: page), or nonsense
+    return is_loopback(_host_of(rest.split("/", 1)[0]).lower())
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -436,32 +541,44 @@ def serve(
     log_level: str = "warning",
     **app_kwargs: Any,
 ) -> None:
-    """Run the server until interrupted (uvicorn). Binding to a non-loopback ``host`` needs ``token``."""
+    """Run the server until interrupted (uvicorn). Binding to a non-loopback ``host`` needs ``token``.
+
+    The connection limits of ``limits`` (:class:`ServeLimits`: open connections, header, body and
+    keep-alive timeouts) are enforced by the server's HTTP protocol, the others by the app. The
+    open-file limit is raised to fit ``max_connections`` where the system allows, else the cap is
+    lowered to fit it (with a warning).
+    """
     check_bind(host, token)
-    uvicorn = require("uvicorn", "openenv", "tau-env serve")
-    app = create_app(env_id, token=token, **app_kwargs)
-    limits = app.sessions.limits
-    uvicorn.run(
-        app, host=host, port=port, log_level=log_level, ws_max_size=limits.max_message_bytes, server_header=False
-    )
+    require("fastapi", "openenv", "tau-env serve")
+    require("uvicorn", "openenv", "tau-env serve")
+    from tau_env.adapters.openenv_app import fit_open_files, server_config
+
+    limits = fit_open_files(app_kwargs.pop("limits", None) or ServeLimits())
+    app = create_app(env_id, token=token, limits=limits, **app_kwargs)
+    import uvicorn
+
+    uvicorn.Server(server_config(app, host=host, port=port, log_level=log_level)).run()
 
 
 class BackgroundServer:
     """A server on a free loopback port, run by uvicorn in a daemon thread: for tests, benchmarks, notebooks.
 
-    ``with BackgroundServer(app) as url: ...`` (``url`` is ``http://127.0.0.1:PORT``).
+    ``with BackgroundServer(app) as url: ...`` (``url`` is ``http://127.0.0.1:PORT``). The app's
+    :class:`ServeLimits` apply, the connection limits included.
     """
 
     def __init__(self, app: Any, *, max_message_bytes: int | None = None) -> None:
         import socket
         import threading
 
-        uvicorn = require("uvicorn", "openenv", "BackgroundServer")
-        sessions = getattr(app, "sessions", None)
-        size = max_message_bytes or (sessions.limits.max_message_bytes if sessions is not None else 1 << 20)
+        require("uvicorn", "openenv", "BackgroundServer")
+        from tau_env.adapters.openenv_app import server_config
+
         self._sock = socket.create_server(("127.0.0.1", 0), backlog=2048)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="error", ws_max_size=size, lifespan="on", server_header=False)
+        config = server_config(app, host="127.0.0.1", port=0, log_level="error", ws_max_size=max_message_bytes)
+        import uvicorn
+
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
@@ -494,9 +611,11 @@ __all__ = [
     "TauObservation",
     "check_bind",
     "create_app",
+    "host_header_ok",
     "is_loopback",
     "load_token",
     "make_sessions",
+    "origin_ok",
     "serve",
     "token_ok",
 ]

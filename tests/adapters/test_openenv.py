@@ -32,6 +32,12 @@ from tau_env.adapters.openenv import (  # noqa: E402
 from tau_env.adapters.openenv_client import TauEnvClient  # noqa: E402
 
 TOKEN = "s3cret-token-for-tests-0123456789"
+WS = "ws://127.0.0.1/ws"  # Starlette's test client otherwise says Host: testserver, refused without a token
+
+
+def local(app, **kwargs):
+    """Starlette's test client as a local, non-browser client: Host 127.0.0.1, JSON bodies."""
+    return TestClient(app, base_url="http://127.0.0.1", headers={"content-type": "application/json"}, **kwargs)
 
 
 @pytest.fixture
@@ -89,7 +95,7 @@ def test_sync_wrapper_and_http_routes_share_the_protocol(tiny_id):
             assert r.observation["messages"][-1]["content"] == "Please restock the widget."
             r = client.step(tau_env.call("unlock_tool", tool_name="secret_restock_1234"))
             assert not r.done and r.reward == 0.0
-    with TestClient(create_app(tiny_id)) as http:
+    with local(create_app(tiny_id)) as http:
         r = http.post("/reset", json={"task_id": "restock", "seed": 0})
         sid = r.headers[SESSION_HEADER]
         assert r.status_code == 200 and r.json()["observation"]["session_id"] == sid
@@ -130,7 +136,7 @@ def test_token_comes_from_the_environment_or_a_file(tmp_path):
 
 
 def test_every_route_needs_the_token(tiny_id):
-    with TestClient(create_app(tiny_id, token=TOKEN)) as http:
+    with local(create_app(tiny_id, token=TOKEN)) as http:
         for method, path in [("post", "/reset"), ("post", "/step"), ("get", "/state"), ("get", "/health")]:
             for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": TOKEN}):
                 r = getattr(http, method)(path, headers=headers)
@@ -152,14 +158,14 @@ def test_token_is_compared_in_constant_time(tiny_id, monkeypatch):
     calls = []
     real = hmac.compare_digest
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
-    with TestClient(create_app(tiny_id, token=TOKEN)) as http:
+    with local(create_app(tiny_id, token=TOKEN)) as http:
         http.get("/health", headers={"Authorization": "Bearer nope-nope-nope-nope"})
     assert calls and calls[0][1] == TOKEN.encode()
 
 
 # --- security: limits ------------------------------------------------------------------------------------
 def test_request_body_limit(tiny_id):
-    with TestClient(create_app(tiny_id, limits=ServeLimits(max_request_bytes=2000))) as http:
+    with local(create_app(tiny_id, limits=ServeLimits(max_request_bytes=2000))) as http:
         sid = http.post("/reset", json={"task_id": "restock"}).headers[SESSION_HEADER]
         before = http.get("/state", headers={SESSION_HEADER: sid}).json()
         r = http.post("/step", json={"action": say("x" * 5000)}, headers={SESSION_HEADER: sid})
@@ -169,8 +175,8 @@ def test_request_body_limit(tiny_id):
 
 
 def test_websocket_message_limit(tiny_id):
-    with TestClient(create_app(tiny_id, limits=ServeLimits(max_message_bytes=2000))) as http:
-        with http.websocket_connect("/ws") as ws:
+    with local(create_app(tiny_id, limits=ServeLimits(max_message_bytes=2000))) as http:
+        with http.websocket_connect(WS) as ws:
             ws.send_text(json.dumps({"type": "reset", "data": {"task_id": "restock"}}))
             assert ws.receive_json()["type"] == "observation"
             ws.send_text(json.dumps({"type": "step", "data": say("x" * 5000)}))
@@ -180,7 +186,7 @@ def test_websocket_message_limit(tiny_id):
 
 
 def test_tool_calls_per_step_limit(tiny_id):
-    with TestClient(create_app(tiny_id, limits=ServeLimits(max_tool_calls=3))) as http:
+    with local(create_app(tiny_id, limits=ServeLimits(max_tool_calls=3))) as http:
         sid = http.post("/reset", json={"task_id": "confirm"}).headers[SESSION_HEADER]
         before = http.get("/state", headers={SESSION_HEADER: sid}).json()
         calls = [tau_env.tool_call("add_stock", {"item_id": "gadget", "qty": 1}, id=f"c{i}") for i in range(4)]
@@ -194,11 +200,11 @@ def test_tool_calls_per_step_limit(tiny_id):
 
 
 def test_session_limit(tiny_id):
-    with TestClient(create_app(tiny_id, limits=ServeLimits(max_sessions=2))) as http:
+    with local(create_app(tiny_id, limits=ServeLimits(max_sessions=2))) as http:
         sids = [http.post("/reset", json={}).headers[SESSION_HEADER] for _ in range(2)]
         r = http.post("/reset", json={})
         assert r.status_code == 503 and r.json()["error"] == "capacity_reached"
-        with http.websocket_connect("/ws") as ws:
+        with http.websocket_connect(WS) as ws:
             assert ws.receive_json()["data"]["code"] == "capacity_reached"
         http.post("/close", headers={SESSION_HEADER: sids[0]})
         assert http.post("/reset", json={}).status_code == 200
@@ -206,7 +212,7 @@ def test_session_limit(tiny_id):
 
 def test_idle_sessions_are_reaped(tiny_id):
     app = create_app(tiny_id, limits=ServeLimits(idle_timeout_s=60))
-    with TestClient(app) as http:
+    with local(app) as http:
         old = http.post("/reset", json={}).headers[SESSION_HEADER]
         fresh = http.post("/reset", json={}).headers[SESSION_HEADER]
         sessions = app.sessions
@@ -218,7 +224,7 @@ def test_idle_sessions_are_reaped(tiny_id):
 
 def test_the_reaper_runs_by_itself(tiny_id):
     app = create_app(tiny_id, limits=ServeLimits(idle_timeout_s=0.05, reap_interval_s=0.01))
-    with TestClient(app) as http:
+    with local(app) as http:
         http.post("/reset", json={})
         for _ in range(500):  # polls: no wall-clock assertion, only that it happens
             if not app.sessions.live:
@@ -229,7 +235,7 @@ def test_the_reaper_runs_by_itself(tiny_id):
 
 # --- security: isolation and errors --------------------------------------------------------------------
 def test_sessions_never_share_a_database(tiny_id):
-    with TestClient(create_app(tiny_id)) as http:
+    with local(create_app(tiny_id)) as http:
         a = http.post("/reset", json={"task_id": "confirm"}).headers[SESSION_HEADER]
         b = http.post("/reset", json={"task_id": "confirm"}).headers[SESSION_HEADER]
         before_b = http.get("/state", headers={SESSION_HEADER: b}).json()["db_digest"]
@@ -245,7 +251,7 @@ def test_sessions_never_share_a_database(tiny_id):
 
 def test_session_ids_are_unguessable(tiny_id):
     app = create_app(tiny_id)
-    with TestClient(app) as http:
+    with local(app) as http:
         sids = {http.post("/reset", json={}).headers[SESSION_HEADER] for _ in range(20)}
     assert len(sids) == 20 and all(len(s) >= 32 for s in sids)
 
@@ -266,7 +272,7 @@ def test_session_ids_are_unguessable(tiny_id):
     ],
 )
 def test_malformed_requests_get_json_4xx(tiny_id, method, path, body, status):
-    with TestClient(create_app(tiny_id), raise_server_exceptions=True) as http:
+    with local(create_app(tiny_id), raise_server_exceptions=True) as http:
         r = http.request(method.upper(), path, content=body)
     assert r.status_code == status
     assert r.headers["content-type"] == "application/json" and "message" in r.json()
@@ -280,7 +286,7 @@ def test_a_bug_answers_500_json_without_a_traceback(tiny_id, monkeypatch):
         raise RuntimeError("secret internals /etc/passwd")
 
     monkeypatch.setattr(Session, "state", broken)
-    with TestClient(create_app(tiny_id), raise_server_exceptions=False) as http:
+    with local(create_app(tiny_id), raise_server_exceptions=False) as http:
         sid = http.post("/reset", json={}).headers[SESSION_HEADER]
         r = http.get("/state", headers={SESSION_HEADER: sid})
     assert r.status_code == 500 and r.json()["error"] == "internal_error"
@@ -296,7 +302,7 @@ def test_an_llm_user_plays_inside_the_server(tiny_id):
 
     with FakeOpenAI(script) as server:
         app = create_app(tiny_id, user=LLMUser(ChatClient("u", server.url, backoff=0.01)))
-        with TestClient(app) as http:
+        with local(app) as http:
             r = http.post("/reset", json={"task_id": "restock"})
             sid = r.headers[SESSION_HEADER]
             assert r.json()["observation"]["messages"][-1]["content"] == "Please restock the widget."

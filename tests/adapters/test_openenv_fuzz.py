@@ -74,7 +74,8 @@ def http():
     with tau_env.registry.scoped():
         tau_env.register("tiny-fuzz-v0", make_domain)
         app = create_app("tiny-fuzz-v0", limits=ServeLimits(max_request_bytes=200_000, max_sessions=10_000))
-        with TestClient(app, raise_server_exceptions=True) as client:
+        local = {"base_url": "http://127.0.0.1", "headers": {"content-type": "application/json"}}
+        with TestClient(app, raise_server_exceptions=True, **local) as client:
             yield client
 
 
@@ -129,7 +130,7 @@ def test_other_routes(http, path, method, sid, body):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=st.lists(ws_messages | raw_bodies, min_size=1, max_size=6))
 def test_websocket(http, messages):
-    with http.websocket_connect("/ws") as ws:
+    with http.websocket_connect("ws://127.0.0.1/ws") as ws:
         for m in messages:
             if isinstance(m, bytes):
                 ws.send_bytes(m)
