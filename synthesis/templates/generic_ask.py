@@ -48,7 +48,7 @@ def customer_goal(description: str) -> str:
     s = re.sub(r"\b(?:customer|user)'s\b", "my", s, flags=re.I)
     for verb, mine in (("has", "I have"), ("knows", "I know"), ("is", "I am"), ("wants", "I want")):
         s = re.sub(rf"\b(?:the|a)\s+(?:customer|user)\s+{verb}\b", mine, s, flags=re.I)
-    s = re.sub(r"\btheir\b", "my", s, flags=re.I) if re.search(r"\b(?:customer|user)\b", s, re.I) else s
+    s = re.sub(r"\btheir\b", "my", s, flags=re.I)
     s, n = re.subn(r"\s+for\s+(?:a|the)\s+(?:customer|user)\b", "", s, flags=re.I)
     if n:
         s = re.sub(r"^(\w+(?:\s+\w+)?)\s+the\b", r"\1 my", s, count=1)

@@ -334,6 +334,9 @@ def test_customer_goal_speaks_as_the_customer():
         "order a new debit card for my checking account"
     )
     assert customer_goal("Change the email address for a user.") == "change my email address"
+    assert customer_goal("Change a debit card PIN when the customer knows their current PIN.") == (
+        "change a debit card pin when I know my current pin"
+    )
     assert "NEW" not in customer_goal("Activate a NEW debit card for a customer. Use ONLY for first-time cards.")
 
 
