@@ -18,6 +18,17 @@ from tau_env.cli import name_type as _name
 from tau_env.cli import path_type as _path
 
 
+class _RefuseToken(argparse.Action):
+    """``--token VALUE`` / ``--token=VALUE``: refused with a message that never repeats the value."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        parser.error(
+            "--token is not accepted: a token on the command line shows in ps, shell history and logs "
+            "(the value given is not repeated here). Put it in $TAU_ENV_SERVE_TOKEN, or in a file whose first "
+            "line is the token and pass --token-file FILE"
+        )
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``serve`` to ``tau-env``'s subparsers; returns its parser."""
     p = subparsers.add_parser(
@@ -33,7 +44,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("domain", type=_name, help="environment id, e.g. harbor-bank-v0")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=_int(0, 65535), default=8000, help="port (default 8000)")
-    p.add_argument("--token-file", type=_path, help="a file whose first line is the token (else $TAU_ENV_SERVE_TOKEN)")
+    p.add_argument(
+        "--token-file",
+        type=_path,
+        help="a file whose first line (stripped; the rest is ignored) is the token (else $TAU_ENV_SERVE_TOKEN)",
+    )
+    p.add_argument("--token", nargs="?", action=_RefuseToken, help=argparse.SUPPRESS)
     p.add_argument("--data-dir", type=_path, help="data folder, for domains loaded from a path (e.g. tau3-banking)")
     p.add_argument("--max-steps", type=_int(1), help="step budget of an episode (default: the domain's)")
     p.add_argument("--max-sessions", type=_int(1), default=256, help="live sessions at most (default 256)")
@@ -46,6 +62,37 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-request-bytes", type=_int(1), default=1 << 20, help="largest HTTP body (default 1 MiB)")
     p.add_argument("--max-message-bytes", type=_int(1), default=1 << 20, help="largest WebSocket message (1 MiB)")
     p.add_argument("--max-tool-calls", type=_int(1), default=32, help="tool calls per step at most (default 32)")
+    p.add_argument(
+        "--max-session-bytes",
+        type=_int(1),
+        default=2 << 20,
+        help="bytes (JSON) a session's chat may hold, which every reply carries; beyond: 413, session closed "
+        "(default 2 MiB)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_int(1),
+        default=1024,
+        help="open connections at most; beyond: 503 and closed (default 1024; lowered to fit the open-file limit)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=_float(positive=True),
+        default=10.0,
+        help="seconds a connection has to send a request's head (line and headers); beyond: 408, closed (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=_float(positive=True),
+        default=30.0,
+        help="seconds a request has to send its body; beyond: 408, closed (default 30)",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=_float(positive=True),
+        default=5.0,
+        help="seconds an idle keep-alive connection stays open (default 5)",
+    )
     p.add_argument("--user-model", help="play the user seat with this model (default: the scripted user)")
     p.add_argument("--user-base-url", help="the user model's OpenAI-compatible server")
     p.add_argument("--user-api-key-env", default="OPENAI_API_KEY", help="variable holding its key")
@@ -82,6 +129,11 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
             max_tool_calls=args.max_tool_calls,
             max_sessions=args.max_sessions,
             idle_timeout_s=args.idle_timeout,
+            max_session_bytes=args.max_session_bytes,
+            max_connections=args.max_connections,
+            header_timeout_s=args.header_timeout,
+            body_timeout_s=args.body_timeout,
+            keep_alive_timeout_s=args.keep_alive_timeout,
         ),
     }
     if args.data_dir is not None:
@@ -92,6 +144,10 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from tau_env.adapters.errors import require
+
+    for module in ("fastapi", "uvicorn", "websockets"):  # the extra first: no banner for a server that cannot start
+        require(module, "openenv", "tau-env serve")
     from tau_env.adapters.openenv import serve
 
     kw = options(args)

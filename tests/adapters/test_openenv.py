@@ -357,3 +357,104 @@ def test_cli_reads_the_token_from_the_environment(monkeypatch, tmp_path):
     f.write_text("another-token-0123456789")
     args = serve_parser().parse_args(["serve", "harbor-bank-v0", "--token-file", str(f)])
     assert options(args)["token"] == "another-token-0123456789"
+
+
+# --- limits on a session's size, strict inputs, the token file -------------------------------------------
+def big_call(i):
+    """A tool call of some 1.5 kB (it keeps the turn with the agent; each one differs, no loop rule)."""
+    return tau_env.call("get_item", item_id=f"{i}-" + "y" * 1500)
+
+
+def test_a_session_past_its_byte_budget_gets_413_and_is_closed(tiny_id):
+    with local(create_app(tiny_id, limits=ServeLimits(max_session_bytes=6000))) as http:
+        sid = http.post("/reset", json={"task_id": "restock"}).headers[SESSION_HEADER]
+        sizes = []
+        for i in range(10):
+            r = http.post("/step", json={"action": big_call(i)}, headers={SESSION_HEADER: sid})
+            if r.status_code != 200:
+                break
+            sizes.append(len(r.content))
+        assert r.status_code == 413 and r.json()["error"] == "session_too_large"
+        assert sizes and max(sizes) < 6000 + 4000  # every reply within the budget (plus the tool list)
+        assert http.get("/state", headers={SESSION_HEADER: sid}).status_code == 404  # closed
+        big = http.post("/reset", json={"task_id": "restock"}).headers[SESSION_HEADER]
+        r = http.post("/step", json={"action": say("z" * 7000)}, headers={SESSION_HEADER: big})
+        assert r.status_code == 413 and not http.app.sessions.live  # refused before it ran, closed too
+
+
+def test_a_websocket_session_past_its_byte_budget_is_closed(tiny_id):
+    with local(create_app(tiny_id, limits=ServeLimits(max_session_bytes=6000))) as http:
+        with http.websocket_connect(WS) as ws:
+            ws.send_text(json.dumps({"type": "reset", "data": {"task_id": "restock"}}))
+            assert ws.receive_json()["type"] == "observation"
+            for i in range(10):
+                ws.send_text(json.dumps({"type": "step", "data": big_call(i)}))
+                answer = ws.receive_json()
+                if answer["type"] == "error":
+                    break
+            assert answer["data"]["code"] == "session_too_large" and answer["data"]["status"] == 413
+            assert ws.receive()["code"] == 1009
+        assert not http.app.sessions.live
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/reset", {"seed": True}, "seed"),
+        ("/reset", {"seed": 1.0}, "seed"),
+        ("/reset", {"seed": "1"}, "seed"),
+        ("/reset", {"task_index": False}, "task_index"),
+        ("/step", {"action": {"content": "hi"}, "timeout_s": 5}, "timeout_s"),
+    ],
+)
+def test_strict_inputs(tiny_id, path, body, field):
+    with local(create_app(tiny_id)) as http:
+        sid = http.post("/reset", json={"task_id": "restock"}).headers[SESSION_HEADER]
+        r = http.post(path, json=body, headers={SESSION_HEADER: sid})
+        assert r.status_code == 422 and field in r.json()["message"]
+        ok = http.post("/step", json={"action": {"content": "hi"}, "timeout_s": None}, headers={SESSION_HEADER: sid})
+        assert ok.status_code == 200
+
+
+def test_the_token_file_is_its_first_line(tmp_path):
+    f = tmp_path / "token"
+    f.write_text("a" * 32 + "\nsecond line\n")
+    assert load_token(f, environ={}) == "a" * 32
+    f.write_text("\n" + "a" * 32 + "\n")
+    with pytest.raises(AdapterError, match="empty first line"):
+        load_token(f, environ={})
+    f.write_text("two words but long enough\n")
+    with pytest.raises(AdapterError, match="printable ASCII"):
+        load_token(f, environ={})
+
+
+def test_cli_refuses_a_token_on_the_command_line_without_repeating_it(capsys):
+    from tau_env.cli import main
+
+    for argv in (["--token", TOKEN], [f"--token={TOKEN}"]):
+        with pytest.raises(SystemExit) as e:
+            main(["serve", "harbor-bank-v0", *argv])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert TOKEN not in err and "TAU_ENV_SERVE_TOKEN" in err and "--token-file" in err
+
+
+def test_cli_checks_the_extra_before_its_banner(monkeypatch, capsys):
+    from tau_env.cli import main
+
+    monkeypatch.setitem(__import__("sys").modules, "uvicorn", None)  # as if the extra were missing
+    assert main(["serve", "harbor-bank-v0", "--port", "1"]) == 2
+    out = capsys.readouterr()
+    assert "http://" not in out.out + out.err and "tau-env[openenv]" in out.err
+
+
+def test_cli_connection_limits_reach_the_server(monkeypatch):
+    from tau_env.adapters.serve_cli import options
+
+    flags = ["--max-connections", "7", "--header-timeout", "2", "--body-timeout", "3", "--keep-alive-timeout", "4"]
+    args = serve_parser().parse_args(["serve", "harbor-bank-v0", *flags, "--max-session-bytes", "9999"])
+    limits = options(args)["limits"]
+    assert (limits.max_connections, limits.header_timeout_s, limits.body_timeout_s) == (7, 2.0, 3.0)
+    assert (limits.keep_alive_timeout_s, limits.max_session_bytes) == (4.0, 9999)
+    with pytest.raises(SystemExit):
+        serve_parser().parse_args(["serve", "harbor-bank-v0", "--header-timeout", "0"])
