@@ -41,8 +41,8 @@ from tau_env.error import InvalidOptionError
 
 _fastapi = require("fastapi", "nemo-gym", "tau_env.adapters.nemo_gym")
 _pydantic = require("pydantic", "nemo-gym", "tau_env.adapters.nemo_gym")
-_base = require("nemo_gym.base_resources_server", "nemo-gym", "tau_env.adapters.nemo_gym")
-_server_utils = require("nemo_gym.server_utils", "nemo-gym", "tau_env.adapters.nemo_gym")
+_base = require("nemo_gym.base_resources_server", "nemo-gym", "tau_env.adapters.nemo_gym", min_python=(3, 12))
+_server_utils = require("nemo_gym.server_utils", "nemo-gym", "tau_env.adapters.nemo_gym", min_python=(3, 12))
 
 Request = _fastapi.Request
 PlainTextResponse = require("fastapi.responses", "nemo-gym", "tau_env.adapters.nemo_gym").PlainTextResponse

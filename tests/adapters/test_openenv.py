@@ -458,3 +458,13 @@ def test_cli_connection_limits_reach_the_server(monkeypatch):
     assert (limits.keep_alive_timeout_s, limits.max_session_bytes) == (4.0, 9999)
     with pytest.raises(SystemExit):
         serve_parser().parse_args(["serve", "harbor-bank-v0", "--header-timeout", "0"])
+
+
+def test_missing_extra_messages_say_when_python_is_the_cause():
+    from tau_env.adapters.errors import require
+
+    with pytest.raises(AdapterError, match=r"needs Python >= 99\.0; this is Python 3\.\d+, where pip install"):
+        require("no_such_framework_xyz", "nemo-gym", "the NeMo Gym adapter", min_python=(99, 0))
+    with pytest.raises(AdapterError, match=r"install it with: pip install 'tau-env\[nemo-gym\]'") as e:
+        require("no_such_framework_xyz", "nemo-gym", "the NeMo Gym adapter", min_python=(3, 0))
+    assert "Python >=" not in str(e.value)
