@@ -19,6 +19,12 @@ schemas); the action is an OpenAI-style assistant message (:class:`tau_env.space
 One ``step`` plays the agent's message, then the user's turns until the agent must act again (a
 tool call keeps the turn with the agent: its results are in the next observation).
 
+An episode can end inside ``reset`` (a user policy that stops at once): ``reset`` then returns
+``info["episode_over"] = True`` (and ``info["termination_reason"]``), and the first ``step`` returns
+that ending (``terminated`` or ``truncated`` True, the episode's reward) without playing its action,
+so the standard ``while not (terminated or truncated)`` loop ends at once. A ``step`` after an
+ending has been returned raises :class:`~tau_env.error.EpisodeOverError`.
+
 Reward: 0 until the end, then the episode's exact-match reward (``TauEnv.episode_reward``), the
 same as ``tau-env eval`` gives for the same trajectory: this view applies the harness's loop rule
 (``loop_limit``: the agent repeating one action ends the episode, truncated, reward 0).
@@ -143,6 +149,7 @@ class TauGymEnv(gymnasium.Env[dict[str, Any], dict[str, Any]]):
         self.action_space = env.action_space(_AGENT)
         self._runner: AsyncRunner | None = None
         self._started = False
+        self._unreported_end = False  # the episode ended in reset(); the next step() returns that ending
         self._last_fp: str | None = None
         self._repeats = 0
 
@@ -174,7 +181,8 @@ class TauGymEnv(gymnasium.Env[dict[str, Any], dict[str, Any]]):
 
         Returns:
             The agent's observation and info (``task_id``; at the end also ``termination_reason``,
-            ``reward``, ``grade`` and ``steps``).
+            ``reward``, ``grade`` and ``steps``). ``info["episode_over"]`` is True when the episode
+            already ended here (the user stopped at once): the next ``step`` returns that ending.
         """
         super().reset(seed=seed)
         episode_seed = seed if seed is not None else int(self.np_random.integers(2**31))
@@ -186,20 +194,31 @@ class TauGymEnv(gymnasium.Env[dict[str, Any], dict[str, Any]]):
         self._last_fp, self._repeats = None, 0
         self._play_user()
         obs, _, _, _, info = self._result()
+        self._unreported_end = self.env.termination_reason is not None
+        info["episode_over"] = self._unreported_end
         return obs, info
 
     def step(self, action: dict[str, Any]) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Play the agent's message, then the user's turns until the agent acts again or the episode ends.
 
+        If the episode ended inside ``reset()`` (``info["episode_over"]``), this first step returns
+        that ending (``terminated``/``truncated``, the episode's reward) and does not play ``action``.
+
         Raises:
             tau_env.error.InvalidActionError: ``action`` is not an assistant message at all.
-            tau_env.error.EpisodeOverError: The episode has ended; call ``reset()``.
+            tau_env.error.EpisodeOverError: The episode's ending was already returned; call ``reset()``.
         """
         env = self.env
         if not self._started:
             raise ResetNeeded("Call reset() before step().")
+        if self._unreported_end:
+            self._unreported_end = False
+            return self._result()
         if env.termination_reason is not None:
-            raise EpisodeOverError(f"The episode is over ({env.termination_reason}); call reset() for a new one.")
+            raise EpisodeOverError(
+                f"The episode is over ({env.termination_reason}) and step() already returned terminated or "
+                "truncated; call reset() for a new one."
+            )
         env.step(action)
         if self.loop_limit:
             fp = _fingerprint(env.trajectory[-1]["message"])

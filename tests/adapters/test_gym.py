@@ -179,3 +179,31 @@ def test_tau3_banking_through_gymnasium_make_with_data_dir():
     assert reward == direct.reward
     assert inner.db_digest() == direct_env.db_digest()
     assert inner.trajectory == direct.events
+
+
+def test_an_episode_over_at_reset_ends_the_standard_loop_at_its_first_step():
+    def quitter(obs):  # a user who leaves before the agent says a word
+        return say("Never mind. ###STOP###")
+
+    gym_env = TauGymEnv(env=TauEnv(make_domain()), user=quitter)
+    obs, info = gym_env.reset(seed=0, options={"task_id": "restock"})
+    assert info["episode_over"] is True and info["termination_reason"] == "user_stop"
+    steps, terminated, truncated = 0, False, False
+    while not (terminated or truncated):  # the loop every Gymnasium user writes
+        obs, reward, terminated, truncated, info = gym_env.step(say("Hello! How can I help?"))
+        steps += 1
+    direct_env = TauEnv(make_domain())
+    direct = run_episode(direct_env, OracleAgent(), quitter, "restock", seed=0)
+    assert steps == 1 and terminated and reward == direct.reward
+    assert info["termination_reason"] == direct.termination_reason == "user_stop"
+    assert gym_env.unwrapped.env.trajectory == direct.events  # the first step's action was not played
+    with pytest.raises(EpisodeOverError, match="already returned terminated"):
+        gym_env.step(say("hello?"))
+    obs, info = gym_env.reset(seed=0, options={"task_id": "restock"})  # a new episode starts as usual
+    assert info["episode_over"] is True
+
+
+def test_episode_over_is_false_after_an_ordinary_reset():
+    gym_env = TauGymEnv(env=TauEnv(make_domain()))
+    _, info = gym_env.reset(options={"task_id": "restock"})
+    assert info["episode_over"] is False
