@@ -15,11 +15,14 @@ chat (``messages``) and active tools (``tools``); the reward is 0 until the epis
 exact-match reward the env gives (with the harness's loop rule, as ``tau-env eval``).
 
 A network service, so: it binds to loopback unless told otherwise, and any other address needs a
-token (:func:`load_token`: from ``TAU_ENV_SERVE_TOKEN`` or a file, never the command line), checked
-on every request with a constant-time comparison; the request body, WebSocket message, tool calls
-per step, number of sessions and idle time are limited (:class:`ServeLimits`; idle sessions are
-reaped); session ids are unguessable and each session owns its database; a malformed request gets a
-4xx with a JSON error, and no error ever answers with a traceback.
+token (:func:`load_token`: from ``TAU_ENV_SERVE_TOKEN`` or a file's first line, never the command
+line), checked on every request with a constant-time comparison; without a token a foreign
+``Origin`` or a non-loopback ``Host`` is refused (a web page cannot drive it), and a POST must be
+``application/json``; the request body, WebSocket message, tool calls per step, sessions, a
+session's bytes, idle time, open connections and the time to send a request's head and body are
+limited (:class:`ServeLimits`; idle sessions are reaped); session ids are unguessable and each
+session owns its database; a malformed request gets a 4xx with a JSON error, and no error ever
+answers with a traceback.
 """
 
 from __future__ import annotations

@@ -2,14 +2,21 @@
 
 Needs ``openenv-core`` (``pip install 'tau-env[openenv]'``)::
 
+    import asyncio
     from tau_env.adapters.openenv_client import TauEnvClient
 
-    async with TauEnvClient("http://127.0.0.1:8000") as env:
-        result = await env.reset(task_id="travel_notice_simple", seed=0)
-        result = await env.step(tau_env.say("Hello!"))   # or {"content": ..., "tool_calls": [...]}
-        state = await env.state()                        # step_count, reward, db_digest, ...
+    async def main():
+        async with TauEnvClient("http://127.0.0.1:8000") as env:
+            result = await env.reset(task_id="travel_notice_simple", seed=0)
+            result = await env.step(tau_env.say("Hello!"))   # or {"content": ..., "tool_calls": [...]}
+            return await env.state()                         # step_count, reward, db_digest, ...
 
-``TauEnvClient(...).sync()`` gives OpenEnv's synchronous wrapper.
+    state = asyncio.run(main())
+
+or synchronously, with OpenEnv's wrapper::
+
+    with TauEnvClient("http://127.0.0.1:8000").sync() as env:
+        result = env.reset(task_id="travel_notice_simple", seed=0)
 """
 
 from __future__ import annotations

@@ -54,7 +54,15 @@ def connect(url: str) -> socket.socket:
 
 
 def read_until_closed(s: socket.socket, trickle: bytes = b"") -> bytes:
-    """Read until the server closes, sending one byte of ``trickle`` every 0.1 s; fail if it never does."""
+    """Read until the server closes, sending one byte of ``trickle`` every 0.1 s; fail if it never does.
+
+    The socket is closed on return.
+    """
+    with s:
+        return _read_until_closed(s, trickle)
+
+
+def _read_until_closed(s: socket.socket, trickle: bytes) -> bytes:
     got = bytearray()
     for i in range(PATIENCE):
         try:

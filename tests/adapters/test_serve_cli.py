@@ -72,3 +72,4 @@ def test_the_command_serves_episodes_with_the_envs_reward(tmp_path, token):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        proc.stdout.close()
