@@ -52,7 +52,9 @@ def handoff(ctx, chain: Chain, situation: str, summary: str, source: tuple[str, 
     return c
 
 
-RELATIVES = (("mother", "son"), ("father", "daughter"), ("husband", "wife"), ("wife", "husband"), ("aunt", "nephew"))
+#: (the customer's relation to the caller, the caller's to the customer): neutral words, since the
+#: names are drawn at random (a random "Grace" must not be someone's "husband").
+RELATIVES = (("parent", "child"), ("spouse", "spouse"), ("sibling", "sibling"), ("partner", "partner"))
 
 
 @template(
