@@ -123,13 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-steps", type=int, default=12)
     p.add_argument("--sft-batch", type=int, default=4)
     p.add_argument("--sft-lr", type=float, default=3e-4)
+    p.add_argument(
+        "--micro-batch", type=int, default=2, help="sequences per forward pass (memory: ~6 GB each at 3k tokens)"
+    )
     p.add_argument("--grpo-steps", type=int, default=3)
     p.add_argument("--grpo-tasks", type=int, default=2, help="tasks per GRPO step")
     p.add_argument("--grpo-group", type=int, default=4, help="rollouts per task (G)")
     p.add_argument("--grpo-lr", type=float, default=2e-5)
     p.add_argument("--max-new-tokens", type=int, default=64, help="per agent turn")
     p.add_argument("--max-steps", type=int, default=14, help="env step budget per episode")
-    p.add_argument("--max-len", type=int, default=4096, help="longest SFT example in tokens")
+    p.add_argument("--max-len", type=int, default=3300, help="longest SFT example and GRPO episode, in tokens")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -201,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             out=str(out / "sft"),
             steps=args.sft_steps,
             batch_size=args.sft_batch,
-            micro_batch=min(4, args.sft_batch),
+            micro_batch=min(args.micro_batch, args.sft_batch),
             lr=args.sft_lr,
             max_len=args.max_len,
             retrieval=RETRIEVAL,
@@ -226,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             tasks_per_step=args.grpo_tasks,
             group_size=args.grpo_group,
             max_new_tokens=args.max_new_tokens,
+            max_context=args.max_len,
+            micro_batch=max(1, args.micro_batch // 2),  # episodes run longer than SFT examples
             lr=args.grpo_lr,
             save_every=1,
             seed=args.seed,
