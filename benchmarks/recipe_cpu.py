@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     timings["sft_s"] = time.perf_counter() - t
-    after_sft = evaluate(checkpoint_policy(sft_ckpt, **kw)[0], out / "eval_sft", args, heldout)
+    after_sft = evaluate(checkpoint_policy(sft_ckpt, **kw)[0], out / f"eval_sft_{sft_ckpt.name}", args, heldout)
 
     # -- GRPO on the synthesized tasks, from the SFT checkpoint
     t = time.perf_counter()
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     timings["grpo_s"] = time.perf_counter() - t
-    after_grpo = evaluate(checkpoint_policy(grpo_ckpt, **kw)[0], out / "eval_grpo", args, heldout)
+    after_grpo = evaluate(checkpoint_policy(grpo_ckpt, **kw)[0], out / f"eval_grpo_{grpo_ckpt.name}", args, heldout)
     grpo_rows = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     sft_rows = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
