@@ -39,10 +39,7 @@ from typing import Any
 
 from tau_env.synthesis.errors import SynthesisError
 
-try:
-    import fcntl
-except ImportError:  # Windows: no lock
-    fcntl = None  # type: ignore[assignment]
+from tau_env.harness.results import FolderLock
 
 LOCK_NAME = ".synth.lock"
 SETTINGS = "run.json"
@@ -124,7 +121,9 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 class _Lock:
-    """An exclusive, non-blocking ``flock`` on ``dir/.synth.lock``, shared by the openers in this process."""
+    """The run folder's :class:`~tau_env.harness.results.FolderLock` on ``dir/.synth.lock``, shared by the
+    openers in this process (the last one to release it releases the lock).
+    """
 
     _held: dict[str, tuple[_Lock, int]] = {}
     _guard = threading.Lock()
@@ -143,41 +142,15 @@ class _Lock:
             return lock
 
     def __init__(self, directory: Path):
-        self.path = directory / LOCK_NAME
-        self.fd: int | None = None
         self.key = ""
-        if fcntl is None:
-            return
-        while True:
-            fd = _open(self.path, os.O_RDWR | os.O_CREAT)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = ""
-                for _ in range(50):  # the holder writes its pid just after locking
-                    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-                    if holder.isdigit():
-                        break
-                    time.sleep(0.02)
-                os.close(fd)
-                pid = f" (process {holder})" if holder.isdigit() else ""
-                raise SynthesisError(
-                    f"{directory} is in use by another synthesis run{pid}: one run folder takes one run at a time. "
-                    "Wait for it to finish, or pass another --out."
-                ) from None
-            except BaseException:
-                os.close(fd)
-                raise
-            try:  # the holder before us may have removed the file while we opened it
-                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        self.fd = fd
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        self._flock = FolderLock(
+            directory / LOCK_NAME,
+            lambda pid: SynthesisError(
+                f"{directory} is in use by another synthesis run{pid}: one run folder takes one run at a time. "
+                "Wait for it to finish, or pass another --out."
+            ),
+            opener=_open,
+        )
 
     def release(self) -> None:
         with self._guard:
@@ -186,13 +159,7 @@ class _Lock:
                 self._held[self.key] = (lock, n - 1)
                 return
             self._held.pop(self.key, None)
-            if self.fd is not None:
-                try:
-                    os.unlink(self.path)  # while still locked, so no one else holds this file
-                except OSError:
-                    pass
-                os.close(self.fd)
-                self.fd = None
+            self._flock.release()
 
 
 # ---------------------------------------------------------------- the folder

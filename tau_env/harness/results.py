@@ -36,7 +36,7 @@ import types
 import typing
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -370,26 +370,36 @@ def _holder(fd: int) -> str:
     return holder
 
 
-class _Lock:
-    """An exclusive, non-blocking ``flock`` on ``dir/.tau_env.lock``, released (and the file removed) by ``release``."""
+class FolderLock:
+    """An exclusive, non-blocking ``flock`` on the file ``path`` (created if needed), holding this
+    process's pid; released, and the file removed, by :meth:`release`. One folder, one writer:
+    tau_env's results folders and the synthesis pipeline's run folders both lock this way.
 
-    def __init__(self, directory: Path):
-        self.path = directory / LOCK_NAME
+    Args:
+        path: The lock file.
+        refused: Builds the error raised when another process holds the lock, from the text
+            ``" (process N)"`` (empty when the holder's pid cannot be read).
+        opener: Opens the lock file (default :func:`open_own`: regular files only, no links).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        refused: Callable[[str], BaseException],
+        opener: Callable[[Path, int], int] = open_own,
+    ):
+        self.path = path
         self.fd: int | None = None
         if fcntl is None:
             return
         while True:
-            fd = open_own(self.path, os.O_RDWR | os.O_CREAT)
+            fd = opener(self.path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _holder(fd)
                 os.close(fd)
-                pid = f" (process {holder})" if holder.isdigit() else ""
-                raise ResultsFolderError(
-                    f"{directory} is in use by another run{pid}: one results folder takes one run at a time. "
-                    "Wait for it to finish, or pass another --out (out_dir)."
-                ) from None
+                raise refused(f" (process {holder})" if holder.isdigit() else "") from None
             except BaseException:
                 os.close(fd)
                 raise
@@ -415,6 +425,17 @@ class _Lock:
             self.fd = None
 
 
+def _lock(directory: Path) -> FolderLock:
+    """The lock of a results folder."""
+    return FolderLock(
+        directory / LOCK_NAME,
+        lambda pid: ResultsFolderError(
+            f"{directory} is in use by another run{pid}: one results folder takes one run at a time. "
+            "Wait for it to finish, or pass another --out (out_dir)."
+        ),
+    )
+
+
 class ResultsFolder:
     """An open results folder: locked, checked, with the episodes a resumed run keeps.
 
@@ -426,14 +447,14 @@ class ResultsFolder:
         self.dir = Path(out_dir)
         self.previous: list[EpisodeResult] = []
         self.skipped: Counter[str] = Counter()
-        self._lock: _Lock | None = None
+        self._lock: FolderLock | None = None
         self._traj: Any = None
         try:
             if self.dir.exists() and not self.dir.is_dir():
                 raise ResultsFolderError(f"{self.dir} is a file, not a folder. Pass another --out (out_dir).")
             self.dir.mkdir(parents=True, exist_ok=True)
             check_own_files(self.dir)  # before anything is written: no link, FIFO or device in our place
-            self._lock = _Lock(self.dir)
+            self._lock = _lock(self.dir)
             path = self.dir / TRAJECTORIES
             data = read_own(path) if resume and path.exists() else b""
             if data.strip():
