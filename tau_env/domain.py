@@ -7,7 +7,7 @@ first use and cached on the Domain, which every env of that domain shares.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -118,14 +118,17 @@ class Domain:
             tasks = load_tasks(tasks)
         elif isinstance(tasks, Task):
             tasks = [tasks]
-        else:
+        elif isinstance(tasks, Iterable) and not isinstance(tasks, (bytes, bytearray, dict)):
             tasks = list(tasks)
-            bad = next((t for t in tasks if not isinstance(t, Task)), None)
-            if bad is not None:
-                raise TaskFileError(
-                    f"tasks must be a task file's path or a list of tau_env.Task, got an item of type "
-                    f"{type(bad).__name__}."
-                )
+        else:
+            raise TaskFileError(
+                f"tasks must be a task file's path or a list of tau_env.Task, got {type(tasks).__name__}."
+            )
+        bad = next((t for t in tasks if not isinstance(t, Task)), None)
+        if bad is not None:
+            raise TaskFileError(
+                f"tasks must be a task file's path or a list of tau_env.Task, got an item of type {type(bad).__name__}."
+            )
         index = {t.id: t for t in tasks}
         if len(index) != len(tasks):
             dup = next(t.id for i, t in enumerate(tasks) if any(u.id == t.id for u in tasks[:i]))

@@ -48,6 +48,8 @@ def test_a_task_reusing_an_id_is_graded_against_its_own_target(tasks):
     [
         ("missing.jsonl", "found none"),
         ([1], "got an item of type int"),
+        (5, "got int"),
+        ({"id": "x"}, "got dict"),
     ],
 )
 def test_bad_task_sources_are_task_file_errors_naming_the_call(tmp_path, bad, message):
