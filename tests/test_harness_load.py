@@ -184,10 +184,15 @@ def test_the_scripted_server_can_keep_no_requests():
 
 @pytest.mark.parametrize("enabled", [True, False])
 @pytest.mark.parametrize("frozen_before", [False, True])
-def test_a_run_leaves_the_cycle_collector_as_it_found_it(domain, enabled, frozen_before):
+def test_a_run_leaves_the_cycle_collector_as_it_found_it(domain, enabled, frozen_before, monkeypatch):
     import gc
 
+    import tau_env.harness.run as harness_run
+
     seen = []
+    calls = []  # the harness's own freezes and unfreezes (the process-wide count can move under other threads)
+    monkeypatch.setattr(harness_run.gc, "freeze", lambda f=gc.freeze: (calls.append("freeze"), f())[1])
+    monkeypatch.setattr(harness_run.gc, "unfreeze", lambda f=gc.unfreeze: (calls.append("unfreeze"), f())[1])
 
     class Watching(OracleAgent):  # what the collector looks like while episodes play
         async def aact(self, obs):
@@ -202,9 +207,12 @@ def test_a_run_leaves_the_cycle_collector_as_it_found_it(domain, enabled, frozen
         frozen = gc.get_freeze_count()
         if not enabled:
             gc.disable()
+        calls.clear()  # the test's own freeze above is not the harness's
         run = asyncio.run(aevaluate(lambda: TauEnv(domain), Watching, ScriptedUser, trials=2, concurrency=6))
         assert gc.isenabled() is enabled
-        assert gc.get_freeze_count() == frozen  # ours undone, the caller's left alone
+        # ours undone, the caller's left alone
+        assert calls == ([] if frozen_before else ["freeze", "unfreeze"])
+        assert gc.get_freeze_count() == frozen or frozen_before
         assert len(run.results) == 6
         assert seen and all(on == enabled for on, _ in seen)  # on again once the episodes have started
         assert all(is_frozen for _, is_frozen in seen)
