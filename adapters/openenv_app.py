@@ -81,6 +81,10 @@ def loop_exception_handler(previous: Any) -> Any:
         if isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES:
             THROTTLED.warn("accept", f"cannot accept connections: {exc.strerror} (lower --max-connections)")
             return
+        if isinstance(exc, ValueError) and "Invalid file descriptor" in str(exc):
+            # a connection closed while the loop was still setting it up: under the same file pressure
+            THROTTLED.warn("accept", "a connection closed while being set up (out of files; lower --max-connections)")
+            return
         if previous is not None:
             previous(loop, context)
         else:
