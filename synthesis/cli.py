@@ -5,7 +5,7 @@
     tau-env synth graphs  DOMAIN --out synth/run1
     tau-env synth tasks   DOMAIN --n 500 --out synth/run1 [--llm-model M --llm-base-url U]
     tau-env synth compose --from synth/run1 --n 200
-    tau-env synth sft     --from synth/run1 --agent-model T --agent-base-url U [--user-model ...]
+    tau-env synth sft     --from synth/run1 --agent-model T --agent-base-url U [--user-model ...] | --teacher
     tau-env synth rl      --from synth/run1 --policy-model P --policy-base-url U --rollouts 8 --band 0.1 0.9
     tau-env synth decontaminate --from synth/run1 --against tau3-banking --data-dir PATH
     tau-env synth report  synth/run1
@@ -214,7 +214,18 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     run = _run_dir(args.from_)
-    agent = _seat(args, "agent", required=True)
+    if args.teacher and (args.agent_model or args.agent_base_url):
+        raise InvalidOptionError("synth sft takes --teacher or --agent-model, not both: one plays the agent seat.")
+    if args.teacher:
+        from tau_env.agents import TeacherAgent
+
+        agent: Any = TeacherAgent
+    else:
+        if not args.agent_model and not args.agent_base_url:
+            raise InvalidOptionError(
+                "synth sft needs --agent-model (and --agent-base-url) or --teacher (the built-in TeacherAgent)."
+            )
+        agent = _seat(args, "agent", required=True)
     user = _seat(args, "user", required=False)
     result = _call(
         _stage("run_sft"), run, agent=agent, user=user, trials=args.trials, workers=args.workers, quiet=args.quiet
@@ -330,6 +341,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s = sub.add_parser("sft", help="teacher rollouts on verified tasks, kept when successful: an SFT dataset")
     _from(s)
     _seat_flags(s, "agent", "teacher agent")
+    s.add_argument(
+        "--teacher",
+        action="store_true",
+        help="the built-in TeacherAgent instead of a model: the reference actions, after asking the user for "
+        "every fact they use (no server)",
+    )
     _seat_flags(s, "user", "user simulator (default: the scripted user)")
     s.add_argument("--trials", type=_int(1), default=1, help="rollouts per task (default 1)")
     s.add_argument("--workers", type=_int(1), default=16, help="episodes in flight (default 16)")

@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from tau_env import domains as _domains  # noqa: F401  (registers the built-in domains)
 from tau_env import error as error  # the exceptions, e.g. tau_env.error.InvalidOptionError
-from tau_env.agents import NoopAgent, OracleAgent, RandomAgent
+from tau_env.agents import NoopAgent, OracleAgent, RandomAgent, TeacherAgent
 from tau_env.checker import check_domain, check_task
 from tau_env.db import EpisodeDB, Schema
 from tau_env.domain import Domain, load_domain_dir
@@ -53,6 +53,7 @@ __all__ = [
     "OUT_OF_SCOPE",
     "Observation",
     "OracleAgent",
+    "TeacherAgent",
     "Policy",
     "RandomAgent",
     "STOP",

@@ -1,11 +1,13 @@
-"""Policies for the agent seat: an oracle that performs the reference actions, a random fuzzer,
-and a do-nothing baseline. Each is a :class:`~tau_env.policy.Policy`: a callable
-``obs -> action`` with ``reset(task, seed)``.
+"""Policies for the agent seat: an oracle that performs the reference actions, a teacher that
+performs them after asking the customer for what it needs, a random fuzzer and a do-nothing
+baseline. Each is a :class:`~tau_env.policy.Policy`: a callable ``obs -> action`` with
+``reset(task, seed)``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -50,6 +52,73 @@ class OracleAgent(Policy):
             self._asked = False  # the user has replied: its action is done
             self._i += 1
         return say(self.done_text)
+
+
+def _values(value: Any) -> list[str]:
+    """The scalar values inside a tool argument, as text (nested lists and dicts flattened)."""
+    if isinstance(value, dict):
+        return [v for x in value.values() for v in _values(x)]
+    if isinstance(value, list):
+        return [v for x in value for v in _values(x)]
+    if value is None or isinstance(value, bool):
+        return []
+    return [str(value)]
+
+
+def _shown(value: str, text: str) -> bool:
+    """Whether ``value`` appears in ``text`` as a whole token (not inside a longer word or number)."""
+    return re.search(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])", text) is not None
+
+
+class TeacherAgent(OracleAgent):
+    """The oracle's reference actions, played as a careful agent would: it never uses a customer
+    fact the conversation has not shown.
+
+    Before each reference action, every one of the scenario's facts (the customer's name, date of
+    birth, phone digits, ...) that the action's arguments hold (as a whole value, or inside a text
+    such as a hand-off summary) and that has not appeared yet in the conversation (the user's
+    messages, tool results) is first asked for, by the fact's name, in one message; the scripted
+    user answers such questions. A fact is asked for once, answered or not. Values found in tool results (ids from
+    ``find_customer``, a card from ``list_cards``) are used as they are. Its episodes are SFT data
+    without privileged information: the :class:`OracleAgent` reads the customer's identity from
+    the task, a trained model that imitated it would invent one.
+
+    With the scripted user it reaches the oracle's reward on every task whose facts are named so
+    the user reveals them (the scripted user's rule); it spends one more step per question.
+    """
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        super().reset(task, seed)
+        self._facts = {str(k): str(v) for k, v in (task.scenario.facts or {}).items()} if task is not None else {}
+        self._requested: set[str] = set()
+
+    def _to_ask(self, obs: Observation) -> list[str]:
+        if self._i >= len(self._actions) or self._asked:
+            return []
+        seen = "\n".join(
+            str(m.get("content") or "") for m in obs.get("messages") or [] if m.get("role") in ("user", "tool")
+        )
+        used = _values(self._actions[self._i].arguments)
+        keys: list[str] = []
+        values: set[str] = set()
+        for k, v in self._facts.items():  # in the scenario's order; one name per value
+            if v in values or not v.strip():
+                continue
+            values.add(v)
+            if k in self._requested or _shown(v, seen):
+                continue
+            if any(u == v or _shown(v, u) for u in used):  # the whole argument, or inside a text (a summary)
+                keys.append(k)
+        return keys
+
+    def __call__(self, obs: Observation) -> Message:
+        keys = self._to_ask(obs)
+        if keys:
+            self._n += 1
+            self._requested.update(keys)
+            names = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + f" and {keys[-1]}"
+            return say(f"Before I go on, could you tell me your {names}?")
+        return super().__call__(obs)
 
 
 class NoopAgent(Policy):

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from tau_env.error import Error, InvalidOptionError
 from tau_env.show import escape
 
-AGENTS = ("oracle", "noop", "random")
+AGENTS = ("oracle", "teacher", "noop", "random")
 USERS = ("scripted",)
 #: Trials per task beyond this are refused: the plan alone would exhaust memory long before they ran.
 MAX_TRIALS = 10_000
@@ -113,9 +113,9 @@ def _usable(path: Path, flag: str, kind: str = "folder") -> None:
 
 
 def _agent(name: str) -> Any:
-    from tau_env.agents import NoopAgent, OracleAgent, RandomAgent
+    from tau_env.agents import NoopAgent, OracleAgent, RandomAgent, TeacherAgent
 
-    return {"oracle": OracleAgent, "noop": NoopAgent, "random": RandomAgent}[name]
+    return {"oracle": OracleAgent, "teacher": TeacherAgent, "noop": NoopAgent, "random": RandomAgent}[name]
 
 
 def _domain_kwargs(args: argparse.Namespace, env_id: str) -> dict[str, Any]:

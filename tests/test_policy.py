@@ -26,6 +26,7 @@ from tau_env import (
     RandomAgent,
     ScriptedUser,
     TauEnv,
+    TeacherAgent,
     TerminationReason,
     call,
     say,
@@ -39,7 +40,7 @@ from tau_env.sft import EXCLUDED_ENDINGS, record_problem, select
 from tests.conftest import make_domain
 
 # --- the policy protocols ------------------------------------------------------------------------
-BUILT_IN = [OracleAgent, NoopAgent, RandomAgent, ScriptedUser]
+BUILT_IN = [OracleAgent, TeacherAgent, NoopAgent, RandomAgent, ScriptedUser]
 
 
 @pytest.mark.parametrize("cls", BUILT_IN)

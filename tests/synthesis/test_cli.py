@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import tau_env.synthesis
 
+from tau_env.agents import TeacherAgent
 from tau_env.cli import main
 
 
@@ -118,6 +119,8 @@ def test_compose_sft_rl_decontaminate_report(calls, run_dir, capsys):
     assert kw["agent"] == {"model": "T", "base_url": "http://h/v1", "api_key_env": "OPENAI_API_KEY"}
     assert kw["user"] == {"model": "U", "base_url": None, "api_key_env": "OPENAI_API_KEY"} and kw["trials"] == 1
     assert main(argv) == 0 and calls[-1][2]["user"] is None
+    assert main(["synth", "sft", "--from", str(run_dir), "--teacher"]) == 0
+    assert calls[-1][2]["agent"] is TeacherAgent and calls[-1][2]["user"] is None
 
     argv = ["synth", "rl", "--from", str(run_dir), "--policy-model", "P", "--rollouts", "4", "--band", "0.2", "0.7"]
     assert main(argv) == 0
@@ -143,6 +146,8 @@ def test_compose_sft_rl_decontaminate_report(calls, run_dir, capsys):
         (["synth", "rl", "--from", "{run}", "--band", "0.1", "0.9"], "needs --policy-model"),
         (["synth", "rl", "--from", "{run}", "--policy-model", "P", "--band", "-1", "0.5"], "argument --band"),
         (["synth", "sft", "--from", "{run}"], "needs --agent-model"),
+        (["synth", "sft", "--from", "{run}"], "or --teacher"),
+        (["synth", "sft", "--from", "{run}", "--teacher", "--agent-model", "T"], "not both"),
         (["synth", "sft", "--from", "{run}", "--agent-model", "T", "--user-base-url", "u"], "--user-base-url needs"),
         (["synth", "compose", "--from", "{run}", "--n", "0"], "at least 1"),
         (["synth", "compose", "--from", "{run}", "--n", "x"], "expected an integer"),

@@ -218,6 +218,31 @@ def test_sft_and_rl_stages_write_their_datasets(tmp_path):
     assert [s["stage"] for s in lines(out / "stages.jsonl")][-2:] == ["sft", "rl"]
 
 
+def test_synth_sft_with_the_built_in_teacher_asks_before_it_uses_a_fact(tmp_path):
+    from tau_env.cli import main
+
+    out = tmp_path / "run"
+    pipeline.run_tasks(out, ENV, n=8, batch=10)
+    assert main(["synth", "sft", "--from", str(out), "--teacher", "--quiet"]) == 0
+    tasks = {t["id"]: t for t in lines(out / "tasks.jsonl")}
+    examples = lines(out / "sft" / "sft.jsonl")
+    assert {e["task_id"] for e in examples} == set(tasks)
+    for e in examples:
+        facts = tasks[e["task_id"]]["scenario"]["facts"]
+        said, needed = "", False
+        for m in e["messages"]:
+            if m["role"] in ("user", "tool"):
+                said += " " + str(m.get("content") or "")
+            for c in m.get("tool_calls") or []:
+                args = c["function"]["arguments"]
+                # every fact a call holds (whole or inside a text) was said by the user or shown by a tool first
+                for fact in facts.values():
+                    if fact in args:
+                        needed |= fact not in e["messages"][2]["content"]  # not in the opening request
+                        assert fact in said, (e["task_id"], fact, c)
+        assert needed == any("could you tell me your" in (m.get("content") or "") for m in e["messages"])
+
+
 def test_a_run_that_accepts_nothing_stops_with_a_warning(tmp_path, monkeypatch):
     from tau_env.synthesis import synthesizer
 

@@ -1,0 +1,159 @@
+"""TeacherAgent: the oracle's reference actions, after asking the customer for every fact they use.
+
+Its episodes are SFT data; the property that matters is that no tool call carries a customer
+fact the conversation had not shown when the call was made, while the reward stays the oracle's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tau_env
+from tau_env import OracleAgent, ScriptedUser, TeacherAgent
+from tau_env.cli import main
+from tau_env.messages import say
+
+ENV = "harbor-bank-v0"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    env = tau_env.make(ENV, retrieval="none")
+    try:
+        return list(env.unwrapped.domain.tasks)
+    finally:
+        env.close()
+
+
+def scalars(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from scalars(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from scalars(v)
+    elif value is not None and not isinstance(value, bool):
+        yield str(value)
+
+
+def leaks(record, facts):
+    """(tool, value) of every call argument equal to a fact value not yet in a user or tool message."""
+    fact_values = set(facts.values())
+    seen, out = [], []
+    for m in record["agent_view"]["messages"]:
+        if m["role"] in ("user", "tool"):
+            seen.append(str(m.get("content") or ""))
+        for c in m.get("tool_calls") or [] if m["role"] == "assistant" else []:
+            for v in scalars(json.loads(c["function"]["arguments"])):
+                shown = any(re.search(rf"(?<![0-9A-Za-z]){re.escape(v)}(?![0-9A-Za-z])", s) for s in seen)
+                if v in fact_values and not shown:
+                    out.append((c["function"]["name"], v))
+    return out
+
+
+def run(agent, user=ScriptedUser, tasks=None, max_steps=60):
+    kw = {"tasks": tasks} if tasks is not None else {}
+    return tau_env.evaluate(ENV, agent, user, retrieval="none", max_steps=max_steps, **kw)
+
+
+def test_every_shipped_task_keeps_the_oracles_reward_without_using_an_unseen_fact(shipped):
+    oracle = {r.task_id: r.reward for r in run(OracleAgent).results}
+    teacher = run(TeacherAgent).results
+    assert {r.task_id: r.reward for r in teacher} == oracle
+    assert all(v == 1.0 for v in oracle.values())
+    by_id = {t.id: t for t in shipped}
+    asked = 0
+    for r in teacher:
+        rec = r.to_dict()
+        assert leaks(rec, by_id[r.task_id].scenario.facts) == [], r.task_id
+        asked += sum("could you tell me your" in (m.get("content") or "") for m in rec["agent_view"]["messages"])
+    # the oracle's own episodes do use unseen facts: the property above is not vacuous
+    oracle_leaks = [leaks(r.to_dict(), by_id[r.task_id].scenario.facts) for r in run(OracleAgent).results]
+    assert sum(map(bool, oracle_leaks)) > len(shipped) // 2
+    assert asked >= len(shipped)
+
+
+def test_it_asks_for_the_identity_then_uses_the_answers():
+    (r,) = tau_env.evaluate(
+        ENV, TeacherAgent, ScriptedUser, task_ids=["travel_notice_simple"], retrieval="none"
+    ).results
+    msgs = r.to_dict()["agent_view"]["messages"]
+    roles = [(m["role"], m.get("content") or "", m.get("tool_calls")) for m in msgs if m["role"] != "system"]
+    # greeting, request, question, answer, find_customer with the answered values
+    assert roles[2][1] == "Before I go on, could you tell me your full name and date of birth?"
+    assert roles[3][1] == "My full name is Priya Natarajan. My date of birth is 1984-02-07."
+    call = roles[4][2][0]["function"]
+    assert call["name"] == "find_customer"
+    assert json.loads(call["arguments"]) == {"full_name": "Priya Natarajan", "date_of_birth": "1984-02-07"}
+    # the phone digits are asked for only when verify_identity needs them
+    assert roles[6][1] == "Before I go on, could you tell me your phone?"
+    assert r.reward == 1.0
+
+
+def test_values_found_in_tool_results_are_not_asked_for(shipped):
+    # lost_card_standard_shipping declares 'customer id' as a fact too; find_customer shows it first
+    (r,) = run(TeacherAgent, tasks=[t for t in shipped if t.id == "lost_card_standard_shipping"]).results
+    said = " ".join(m.get("content") or "" for m in r.to_dict()["agent_view"]["messages"] if m["role"] == "assistant")
+    assert "customer id" not in said and "card last 4 digits" not in said
+    assert r.reward == 1.0
+
+
+class SilentUser(ScriptedUser):
+    """Answers every question with something unhelpful."""
+
+    def __call__(self, obs):
+        last = (obs["messages"] or [{}])[-1]
+        if self._n and last.get("role") == "user" and "could you tell me" in (last.get("content") or ""):
+            self._n += 1
+            return say("I'd rather not say.")
+        return super().__call__(obs)
+
+
+def test_a_user_who_does_not_answer_is_asked_once_per_fact_and_the_episode_ends(shipped):
+    results = run(TeacherAgent, user=SilentUser, max_steps=200).results
+    for r in results:
+        rec = r.to_dict()
+        questions = [
+            m["content"] for m in rec["agent_view"]["messages"] if "could you tell me" in (m.get("content") or "")
+        ]
+        assert len(questions) == len(set(questions)), r.task_id
+        assert r.termination_reason != "max_steps", r.task_id
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fact_order_and_unused_facts_change_nothing_but_the_wording(shipped, data):
+    task = data.draw(st.sampled_from(shipped))
+    facts = dict(task.scenario.facts)
+    keys = data.draw(st.permutations(list(facts)))
+    extra = data.draw(
+        st.dictionaries(
+            st.sampled_from(["favourite colour", "pet name", "employer", "mother maiden name"]),
+            st.from_regex(r"[A-Z][a-z]{3,8}-[0-9]{5}", fullmatch=True),
+            max_size=2,
+        )
+    )
+    scenario = task.scenario.model_copy(update={"facts": {**{k: facts[k] for k in keys}, **extra}})
+    changed = task.model_copy(update={"scenario": scenario})
+    (r,) = run(TeacherAgent, tasks=[changed]).results
+    rec = r.to_dict()
+    assert r.reward == 1.0
+    assert leaks(rec, scenario.facts) == []
+    said = " ".join(m.get("content") or "" for m in rec["agent_view"]["messages"] if m["role"] == "assistant")
+    assert not any(k in said for k in extra)  # facts no action uses are never asked for
+
+
+def test_cli_teacher_episodes_export_as_sft_examples(tmp_path, capsys):
+    out = tmp_path / "teacher"
+    args = ["eval", "--quiet", "--agent", "teacher", "--out", str(out), "--task", "found_card_unlock"]
+    assert main(args) == 0
+    assert main(["export-sft", str(out), "--jsonl", str(tmp_path / "sft.jsonl")]) == 0
+    (ex,) = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    trained = [m for m, t in zip(ex["messages"], ex["train"]) if t]
+    assert trained[0]["content"].startswith("Before I go on, could you tell me your full name")
+    assert json.loads((out / "config.json").read_text())["agent"] == "tau_env.agents.TeacherAgent"
