@@ -8,7 +8,8 @@ The shared-prefix forward pass (:func:`prefix_shared_logits`) is the main CPU sa
 tau_env sample starts with the same system prompt and tool schemas (2-2.5k tokens of a 3k-token
 Harbor Bank sample), so a micro-batch runs that common prefix once (with gradient: the result is
 exact, not an approximation), repeats its key/value cache across the batch, and runs only each
-sample's own suffix.
+sample's own suffix. ``prefix_grad=False`` (``--no-prefix-grad``) runs the prefix without gradient:
+cheaper, and the gradient then leaves out the prefix's encoding (an approximation, said so).
 """
 
 from __future__ import annotations
@@ -257,12 +258,18 @@ def split_point(seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], m
     return p if p >= min_prefix else 0
 
 
-def prefix_shared_logits(model: nn.Module, seqs: Sequence[Sequence[int]], prefix_len: int) -> tuple[Tensor, Tensor]:
+def prefix_shared_logits(
+    model: nn.Module, seqs: Sequence[Sequence[int]], prefix_len: int, prefix_grad: bool = True
+) -> tuple[Tensor, Tensor]:
     """Logits over each sequence's suffix ``seq[prefix_len:]``, the shared prefix run once.
 
-    The prefix (``seqs[0][:prefix_len]``, common to all) is run with gradient; its key/value cache
-    is repeated across the batch and the right-padded suffixes attend to it. Exact: the same
-    logits and gradients as running every full sequence.
+    The prefix (``seqs[0][:prefix_len]``, common to all) is run once; its key/value cache is
+    repeated across the batch and the right-padded suffixes attend to it. With ``prefix_grad``
+    (the default) the prefix runs with gradient: the same logits and gradients as running every
+    full sequence. Without it the prefix runs under ``no_grad``: the same logits, but the gradient
+    leaves out the path through the prefix's keys and values (the weights' effect on how the
+    system prompt is encoded); about half the compute and far less memory per step, since the
+    prefix keeps no activations for backward.
 
     Returns:
         ``(logits [B, S, V], valid [B, S])`` with ``S`` the longest suffix; ``valid`` is 0 on padding.
@@ -277,7 +284,8 @@ def prefix_shared_logits(model: nn.Module, seqs: Sequence[Sequence[int]], prefix
     if prefix_len == 0:
         return model(input_ids=ids, attention_mask=valid, use_cache=False).logits, valid
     prefix = torch.tensor([list(seqs[0][:prefix_len])], dtype=torch.long, device=device)
-    first = model(input_ids=prefix, use_cache=True)
+    with torch.set_grad_enabled(prefix_grad and torch.is_grad_enabled()):
+        first = model(input_ids=prefix, use_cache=True)
     cache = getattr(first, "cache", None) or first.past_key_values
     if b > 1:
         cache.batch_repeat_interleave(b)

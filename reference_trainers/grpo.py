@@ -92,6 +92,9 @@ class GRPOConfig:
     is_cap: float = opt(2.0, "truncation C of the importance weight pi_old / pi_rollout")
     mask_delta: float = opt(0.1, "rollout mask: keep a rollout iff its geometric-mean weight is in [1-d, 1+d]")
     micro_batch: int = opt(4, "rollouts per forward pass (one group's rollouts share their prompt prefix)")
+    prefix_grad: bool = opt(
+        True, "backpropagate through the shared prompt prefix (exact); off: cheaper, the prefix's encoding is not trained"
+    )
     skip_zero_signal: bool = opt(True, "skip the forward pass of groups whose rewards are all equal (zero gradient)")
     family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: the checkpoint's, or from the tokenizer)")
     save_every: int = opt(5, "save a checkpoint every N steps (and at the end)")
@@ -137,7 +140,9 @@ async def rollouts(policy: LocalTokenPolicy, cfg: GRPOConfig, task_ids: list[str
     return policy.trajectories(run.results)
 
 
-def group_logprobs(model: Any, group: list[TokenTrajectory], micro_batch: int) -> tuple[torch.Tensor, int]:
+def group_logprobs(
+    model: Any, group: list[TokenTrajectory], micro_batch: int, prefix_grad: bool = True
+) -> tuple[torch.Tensor, int]:
     """pi_theta of each trajectory's tokens ``[G, T]`` (0 on the shared prefix, run once per micro-batch)."""
     width = max(len(t.input_ids) for t in group)
     rows, tokens = [], 0
@@ -145,7 +150,7 @@ def group_logprobs(model: Any, group: list[TokenTrajectory], micro_batch: int) -
         part = group[i : i + micro_batch]
         ids = [t.input_ids for t in part]
         p = split_point(ids, [t.agent_mask for t in part])
-        logits, valid = prefix_shared_logits(model, ids, p)
+        logits, valid = prefix_shared_logits(model, ids, p, prefix_grad=prefix_grad)
         suffix = torch.tensor(
             [x[p:] + [0] * (logits.shape[1] - len(x) + p) for x in ids], dtype=torch.long, device=logits.device
         )
@@ -159,7 +164,7 @@ def group_logprobs(model: Any, group: list[TokenTrajectory], micro_batch: int) -
 def group_loss(model: Any, group: list[TokenTrajectory], cfg: GRPOConfig) -> tuple[torch.Tensor, dict[str, float], int]:
     """The GRPO loss of one task's rollouts on the current model (differentiable), its stats and tokens processed."""
     width = max(len(t.input_ids) for t in group)
-    logp_new, tokens = group_logprobs(model, group, cfg.micro_batch)
+    logp_new, tokens = group_logprobs(model, group, cfg.micro_batch, cfg.prefix_grad)
     logp_old = logp_new.detach()  # one optimizer step per batch of rollouts: pi_old is pi_theta before the step
     logp_rollout = pad_rows([t.rollout_logprobs for t in group], width)
     mask = pad_rows([t.agent_mask for t in group], width, dtype=torch.long)

@@ -62,6 +62,9 @@ class SFTConfig:
     steps: int = opt(0, "optimizer steps (0: from --epochs)")
     batch_size: int = opt(4, "examples per optimizer step")
     micro_batch: int = opt(2, "examples per forward pass (they share the prompt prefix); memory vs speed")
+    prefix_grad: bool = opt(
+        True, "backpropagate through the shared prompt prefix (exact); off: cheaper, the prefix's encoding is not trained"
+    )
     lr: float = opt(2e-4, "peak learning rate (LoRA; the recipe's 5e-5 is for full fine-tuning of large models)")
     warmup_steps: int = opt(2, "linear warm-up steps, then cosine decay to 10% of --lr")
     weight_decay: float = opt(0.0, "AdamW weight decay")
@@ -100,12 +103,14 @@ def batch_order(n: int, steps: int, batch_size: int, seed: int) -> list[list[int
     return [order[i * batch_size : (i + 1) * batch_size] for i in range(steps)]
 
 
-def micro_step(model: Any, samples: list[Sample], total_agent_tokens: int) -> tuple[float, int]:
+def micro_step(
+    model: Any, samples: list[Sample], total_agent_tokens: int, prefix_grad: bool = True
+) -> tuple[float, int]:
     """Forward and backward one micro-batch; the loss is summed and divided by the step's agent-token count."""
     ids = [s.input_ids for s in samples]
     masks = [s.loss_mask for s in samples]
     p = split_point(ids, masks)
-    logits, valid = prefix_shared_logits(model, ids, p)
+    logits, valid = prefix_shared_logits(model, ids, p, prefix_grad=prefix_grad)
     width = logits.shape[1]
     suffix_ids = torch.tensor([i[p:] + [0] * (width - len(i) + p) for i in ids], device=logits.device)
     suffix_mask = torch.tensor([m[p:] + [0] * (width - len(m) + p) for m in masks], device=logits.device)
@@ -192,7 +197,7 @@ def train(cfg: SFTConfig) -> Path:
         agent_tokens = sum(sum(s.loss_mask) for s in batch)
         loss, tokens = 0.0, 0
         for i in range(0, len(batch), cfg.micro_batch):
-            part_loss, part_tokens = micro_step(model, batch[i : i + cfg.micro_batch], agent_tokens)
+            part_loss, part_tokens = micro_step(model, batch[i : i + cfg.micro_batch], agent_tokens, cfg.prefix_grad)
             loss += part_loss
             tokens += part_tokens
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))

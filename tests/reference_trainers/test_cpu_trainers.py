@@ -148,6 +148,35 @@ def test_prefix_shared_forward_equals_full_forward(tiny_dir, examples):
             torch.testing.assert_close(logits[b, :n], full, atol=1e-4, rtol=1e-4)
 
 
+def test_a_prefix_without_gradient_gives_the_same_logits_and_trains_only_through_the_suffix(tiny_dir, examples):
+    def run(prefix_grad):
+        model, tok = _tok_model(tiny_dir)
+        torch.manual_seed(0)
+        add_lora(model, 4, 8.0)
+        for m in model.modules():  # LoRA starts at B = 0; move it so the prefix's keys depend on it
+            if isinstance(m, LoRALinear):
+                torch.nn.init.normal_(m.lora_B, std=0.02)
+        samples = [tokenize_sft_example(tok, ex, tok.chat_template) for ex in examples]
+        ids, masks = [s.input_ids for s in samples], [s.loss_mask for s in samples]
+        p = split_point(ids, masks)
+        logits, valid = prefix_shared_logits(model, ids, p, prefix_grad=prefix_grad)
+        width = logits.shape[1]
+        suffix = torch.tensor([i[p:] + [0] * (width - len(i) + p) for i in ids])
+        mask = torch.tensor([m[p:] + [0] * (width - len(m) + p) for m in masks]) * valid
+        sft_loss(logits, suffix, mask).backward()
+        grads = [m.lora_B.grad.clone() for m in model.modules() if isinstance(m, LoRALinear)]
+        return logits.detach(), grads
+
+    exact_logits, exact = run(True)
+    cheap_logits, cheap = run(False)
+    torch.testing.assert_close(cheap_logits, exact_logits)
+    assert all(torch.isfinite(g).all() for g in cheap) and any(g.abs().sum() > 0 for g in cheap)
+    # the gradient differs (the path through the prefix's keys and values is cut), but not wildly
+    diff = sum(float((a - b).norm()) for a, b in zip(cheap, exact))
+    total = sum(float(b.norm()) for b in exact)
+    assert 0 < diff < total
+
+
 def test_sft_gradient_reaches_only_agent_token_predictions(tiny_dir, examples):
     model, tok = _tok_model(tiny_dir)
     add_lora(model, 4, 8.0)
@@ -244,8 +273,8 @@ def test_one_grpo_step_on_real_rollouts(tiny_dir, tmp_path):
     rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 and all(r["reward"] is not None for r in rollouts)
     assert read_info(path)["agent"]["retrieval"] == "none"
-    # resume: a second run to 2 steps starts from the checkpoint
-    grpo.train(grpo.GRPOConfig(**{**cfg.__dict__, "steps": 2}))
+    # resume: a second run to 2 steps starts from the checkpoint (its step without the prefix's gradient)
+    grpo.train(grpo.GRPOConfig(**{**cfg.__dict__, "steps": 2, "prefix_grad": False}))
     assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert [json.loads(x)["step"] for x in (out / "rollouts.jsonl").read_text().splitlines()] == [1, 1, 2, 2]
 
@@ -344,6 +373,7 @@ def test_command_line_help_and_flags(trainer, capsys):
 
     cls = sft.SFTConfig if trainer is sft else grpo.GRPOConfig
     cfg = parse_config(cls, ["--model", "m", "--lora-rank", "0", "--no-progress"], "")
-    assert cfg.model == "m" and cfg.lora_rank == 0 and cfg.progress is False
+    assert cfg.model == "m" and cfg.lora_rank == 0 and cfg.progress is False and cfg.prefix_grad is True
+    assert parse_config(cls, ["--no-prefix-grad"], "").prefix_grad is False
     if trainer is sft:
         assert parse_config(cls, ["--data", "a.jsonl", "b"], "").data == ["a.jsonl", "b"]
