@@ -93,7 +93,7 @@ class GRPOConfig:
     mask_delta: float = opt(0.1, "rollout mask: keep a rollout iff its geometric-mean weight is in [1-d, 1+d]")
     micro_batch: int = opt(4, "rollouts per forward pass (one group's rollouts share their prompt prefix)")
     prefix_grad: bool = opt(
-        True, "backpropagate through the shared prompt prefix (exact); off: cheaper, the prefix's encoding is not trained"
+        True, "backpropagate through the shared prompt prefix (exact); off: cheaper, the prefix's encoding untrained"
     )
     skip_zero_signal: bool = opt(True, "skip the forward pass of groups whose rewards are all equal (zero gradient)")
     family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: the checkpoint's, or from the tokenizer)")

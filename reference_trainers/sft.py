@@ -63,7 +63,7 @@ class SFTConfig:
     batch_size: int = opt(4, "examples per optimizer step")
     micro_batch: int = opt(2, "examples per forward pass (they share the prompt prefix); memory vs speed")
     prefix_grad: bool = opt(
-        True, "backpropagate through the shared prompt prefix (exact); off: cheaper, the prefix's encoding is not trained"
+        True, "backpropagate through the shared prompt prefix (exact); off: cheaper, the prefix's encoding untrained"
     )
     lr: float = opt(2e-4, "peak learning rate (LoRA; the recipe's 5e-5 is for full fine-tuning of large models)")
     warmup_steps: int = opt(2, "linear warm-up steps, then cosine decay to 10% of --lr")
