@@ -220,11 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     after_sft = evaluate(checkpoint_policy(sft_ckpt, **kw)[0], out / f"eval_sft_{sft_ckpt.name}", args, heldout)
 
     # -- GRPO on the synthesized single-request tasks (the held-out tasks are single requests too), from SFT
-    pool = [
-        json.loads(x)["id"]
-        for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
-        if x.strip() and len(json.loads(x)["scenario"]["requests"]) == 1
-    ]
+    synthesized = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    pool = [t["id"] for t in synthesized if len(t["scenario"]["requests"]) == 1]
     t = time.perf_counter()
     grpo_ckpt = grpo.train(
         grpo.GRPOConfig(

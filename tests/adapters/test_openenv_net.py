@@ -53,6 +53,17 @@ def connect(url: str) -> socket.socket:
     return s
 
 
+def wait_for_health(url, failure):
+    """Poll /health on a fresh connection until it answers 200 (PATIENCE tries), else fail with ``failure``."""
+    for _ in range(PATIENCE):
+        c = connect(url)
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        if b"200 OK" in read_until_closed(c):
+            return
+        time.sleep(0.1)
+    pytest.fail(failure)
+
+
 def read_until_closed(s: socket.socket, trickle: bytes = b"") -> bytes:
     """Read until the server closes, sending one byte of ``trickle`` every 0.1 s; fail if it never does.
 
@@ -141,14 +152,7 @@ def test_connections_over_the_cap_get_503_and_are_closed(tiny_id):
         assert len(refused) >= 15
         for s in flood:
             s.close()
-        for _ in range(PATIENCE):  # the flood gone, the server answers again
-            c = connect(url)
-            c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            if b"200 OK" in read_until_closed(c):
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the server did not recover after the flood")
+        wait_for_health(url, "the server did not recover after the flood")  # the flood gone, it answers again
 
 
 SERVE_LOW_FILES = """
@@ -195,14 +199,7 @@ def test_a_flood_past_the_open_file_limit_neither_floods_the_log_nor_kills_healt
                     pass
         for s in flood:
             s.close()
-        for _ in range(PATIENCE):
-            c = connect(url)
-            c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            if b"200 OK" in read_until_closed(c):
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("/health did not answer after the flood")
+        wait_for_health(url, "/health did not answer after the flood")
         assert proc.poll() is None
     finally:
         proc.terminate()
