@@ -129,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--micro-batch", type=int, default=2, help="sequences per forward pass (memory: ~6 GB each at 3k tokens)"
     )
+    p.add_argument(
+        "--no-prefix-grad",
+        dest="prefix_grad",
+        action="store_false",
+        help="run the shared prompt prefix without gradient in SFT and GRPO (~25%% faster, less memory)",
+    )
     p.add_argument("--grpo-steps", type=int, default=2)
     p.add_argument("--grpo-tasks", type=int, default=2, help="tasks per GRPO step")
     p.add_argument("--grpo-group", type=int, default=4, help="rollouts per task (G)")
@@ -212,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             max_len=args.max_len,
             retrieval=RETRIEVAL,
             max_new_tokens=args.max_new_tokens,
+            prefix_grad=args.prefix_grad,
             seed=args.seed,
             progress=not args.quick,
         )
@@ -238,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             max_context=args.max_len,
             micro_batch=max(1, args.micro_batch // 2),  # episodes run longer than SFT examples
             lr=args.grpo_lr,
+            prefix_grad=args.prefix_grad,
             save_every=1,
             seed=args.seed,
             progress=not args.quick,
@@ -276,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         "grpo_reward": [r["reward"] for r in grpo_rows],
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "total_s": round(time.perf_counter() - t0, 1),
+        "prefix_grad": args.prefix_grad,
         "threads": __import__("torch").get_num_threads(),
         "cpus": os.cpu_count(),
         "plots": [str(out / "sft" / "metrics.svg"), str(out / "grpo" / "metrics.svg")],
