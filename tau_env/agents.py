@@ -83,22 +83,59 @@ class TeacherAgent(OracleAgent):
     without privileged information: the :class:`OracleAgent` reads the customer's identity from
     the task, a trained model that imitated it would invent one.
 
+    Tool names are knowledge too: the names of specialised tools are written in the policy
+    documents. When the configuration gives a knowledge tool (``grep_documents``, else a
+    ``search_documents*`` tool) and the next action names a tool (an argument whose key ends in
+    ``tool_name``, as ``unlock_tool`` and ``hand_over_tool`` take) that no tool result has shown,
+    it first looks the name up, once, by the words of the name without its number
+    (``set_travel_notice`` for ``set_travel_notice_3012``): a grep for them, or a search with them
+    as the query. Without a knowledge tool (retrieval ``none``) the names come from nowhere in the
+    conversation, as they do for the oracle.
+
     With the scripted user it reaches the oracle's reward on every task whose facts are named so
-    the user reveals them (the scripted user's rule); it spends one more step per question.
+    the user reveals them (the scripted user's rule); it spends one more step per question or lookup.
     """
+
+    #: The knowledge tools it looks names up with, by preference, and how it calls each.
+    LOOKUP_TOOLS = ("grep_documents", "search_documents", "search_documents_hybrid", "search_documents_dense")
 
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         super().reset(task, seed)
         self._facts = {str(k): str(v) for k, v in (task.scenario.facts or {}).items()} if task is not None else {}
         self._requested: set[str] = set()
+        self._looked_up: set[str] = set()
+
+    def _next(self) -> Any:
+        """The reference action the oracle performs or asks for now (after a user's action it has
+        asked for, the user's reply completes that one), or None when none is left.
+        """
+        i = self._i + (1 if self._asked else 0)
+        return self._actions[i] if i < len(self._actions) else None
+
+    def _to_look_up(self, obs: Observation) -> tuple[str, str] | None:
+        """(knowledge tool, tool name) for the next action's first tool name not yet shown, if any."""
+        action = self._next()
+        if action is None or action.requestor != "agent":
+            return None
+        active = {(t.get("function") or {}).get("name") for t in obs.get("tools") or []}
+        lookup = next((n for n in self.LOOKUP_TOOLS if n in active), None)
+        if lookup is None:
+            return None
+        seen = "\n".join(str(m.get("content") or "") for m in obs.get("messages") or [] if m.get("role") == "tool")
+        for key, value in action.arguments.items():
+            if str(key).endswith("tool_name") and isinstance(value, str) and value.strip():
+                if value not in self._looked_up and not _shown(value, seen):
+                    return lookup, value
+        return None
 
     def _to_ask(self, obs: Observation) -> list[str]:
-        if self._i >= len(self._actions) or self._asked:
+        action = self._next()
+        if action is None:
             return []
         seen = "\n".join(
             str(m.get("content") or "") for m in obs.get("messages") or [] if m.get("role") in ("user", "tool")
         )
-        used = _values(self._actions[self._i].arguments)
+        used = _values(action.arguments)
         keys: list[str] = []
         values: set[str] = set()
         for k, v in self._facts.items():  # in the scenario's order; one name per value
@@ -118,6 +155,14 @@ class TeacherAgent(OracleAgent):
             self._requested.update(keys)
             names = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + f" and {keys[-1]}"
             return say(f"Before I go on, could you tell me your {names}?")
+        found = self._to_look_up(obs)
+        if found is not None:
+            lookup, name = found
+            self._n += 1
+            self._looked_up.add(name)
+            words = re.sub(r"_\d+$", "", name) or name
+            args = {"pattern": re.escape(words)} if lookup == "grep_documents" else {"query": words.replace("_", " ")}
+            return assistant_message(None, [tool_call(lookup, args, id=f"teacher_{self._n}")])
         return super().__call__(obs)
 
 

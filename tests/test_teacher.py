@@ -103,6 +103,65 @@ def test_values_found_in_tool_results_are_not_asked_for(shipped):
     assert r.reward == 1.0
 
 
+def unseen_tool_names(record):
+    """(meta tool, name) of every call naming a tool (a ``*tool_name`` argument) that no earlier tool
+    result showed."""
+    seen, out = [], []
+    for m in record["agent_view"]["messages"]:
+        if m["role"] == "tool":
+            seen.append(str(m.get("content") or ""))
+        for c in m.get("tool_calls") or [] if m["role"] == "assistant" else []:
+            for k, v in json.loads(c["function"]["arguments"]).items():
+                if k.endswith("tool_name") and not any(re.search(rf"(?<![\w]){re.escape(v)}(?![\w])", s) for s in seen):
+                    out.append((c["function"]["name"], v))
+    return out
+
+
+@pytest.mark.parametrize("retrieval", ["grep", "bm25"])
+def test_with_a_knowledge_tool_every_tool_name_is_looked_up_before_it_is_used(shipped, retrieval):
+    kw = {"retrieval": retrieval, "max_steps": 60}
+    oracle = tau_env.evaluate(ENV, OracleAgent, ScriptedUser, **kw).results
+    teacher = tau_env.evaluate(ENV, TeacherAgent, ScriptedUser, **kw).results
+    assert {r.task_id: r.reward for r in teacher} == {r.task_id: r.reward for r in oracle}
+    lookups = 0
+    for r in teacher:
+        rec = r.to_dict()
+        assert unseen_tool_names(rec) == [], r.task_id
+        calls = [c["function"] for m in rec["agent_view"]["messages"] for c in m.get("tool_calls") or []]
+        lookups += sum(c["name"] in TeacherAgent.LOOKUP_TOOLS for c in calls)
+        # one lookup per name at most, and only with the configuration's own tool
+        names = [c["name"] for c in calls if c["name"] in TeacherAgent.LOOKUP_TOOLS]
+        assert set(names) <= {"grep_documents" if retrieval == "grep" else "search_documents"}
+        queries = [json.loads(c["arguments"]) for c in calls if c["name"] in TeacherAgent.LOOKUP_TOOLS]
+        assert len(queries) == len({json.dumps(q) for q in queries}), r.task_id
+    # the oracle's episodes do name tools no result showed: the property above is not vacuous
+    assert sum(bool(unseen_tool_names(r.to_dict())) for r in oracle) >= 10
+    assert lookups >= 10
+
+
+def test_the_lookup_uses_the_words_of_the_name_not_its_number():
+    (r,) = tau_env.evaluate(
+        ENV, TeacherAgent, ScriptedUser, task_ids=["travel_notice_simple"], retrieval="grep"
+    ).results
+    msgs = r.to_dict()["agent_view"]["messages"]
+    calls = [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for m in msgs for c in m.get("tool_calls") or []
+    ]
+    i = calls.index(("grep_documents", {"pattern": "set_travel_notice"}))
+    assert calls[i + 1] == ("unlock_tool", {"tool_name": "set_travel_notice_3012"})
+    results = [m["content"] for m in msgs if m["role"] == "tool"]
+    assert any("set_travel_notice_3012" in c for c in results)
+    assert r.reward == 1.0
+
+
+def test_without_a_knowledge_tool_nothing_is_looked_up(shipped):
+    for r in run(TeacherAgent).results:
+        msgs = r.to_dict()["agent_view"]["messages"]
+        assert not any(
+            c["function"]["name"] in TeacherAgent.LOOKUP_TOOLS for m in msgs for c in m.get("tool_calls") or []
+        )
+
+
 class SilentUser(ScriptedUser):
     """Answers every question with something unhelpful."""
 
