@@ -13,8 +13,10 @@
    single-request tasks, real rollouts and rewards), each checkpoint played as ``tau-env eval --agent-checkpoint``
    plays it.
 
-CPU choices: the ``none`` retrieval configuration (no knowledge tools: the policy prompt and 18
-tool schemas, ~2.5k tokens with SmolLM2's tokenizer), LoRA (rank 16, attention and MLP), the
+CPU choices: the ``grep`` retrieval configuration (one knowledge tool, ``grep_documents``, whose
+matching lines are short: the policy prompt and 19 tool schemas, ~2.6k tokens with SmolLM2's
+tokenizer; the teacher greps the words of each specialised tool's name before unlocking it, so the
+name is in the context; with ``none`` it is nowhere and a model must memorise it), LoRA (rank 16, attention and MLP), the
 shared prompt prefix run once per micro-batch in training and reused across turns and episodes in
 generation, short turns (``--max-new-tokens``) and a small step budget per episode.
 
@@ -38,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 ENV = "harbor-bank-v0"
-RETRIEVAL = "none"
+#: The retrieval configuration: ``grep`` gives the agent ``grep_documents``, whose matching lines
+#: name the specialised tools (``none`` leaves their names nowhere in the conversation).
+RETRIEVAL = "grep"
 #: Held-out single-request tasks with a database change (the no-change refusals are left out: a
 #: model that does nothing passes them).
 HELDOUT = (
@@ -66,7 +70,9 @@ def evaluate(policy: Any, out: Path, args: argparse.Namespace, tasks: list[str])
     import tau_env
 
     # the settings in the folder's name: a rerun with others gets its own folder (a results folder refuses them)
-    out = out.with_name(f"{out.name}-{len(tasks)}x{args.trials}-t{args.eval_temperature:g}-n{args.max_new_tokens}")
+    out = out.with_name(
+        f"{out.name}-{len(tasks)}x{args.trials}-t{args.eval_temperature:g}-n{args.max_new_tokens}-{args.retrieval}"
+    )
 
     started = time.perf_counter()
     run = tau_env.evaluate(
@@ -77,7 +83,7 @@ def evaluate(policy: Any, out: Path, args: argparse.Namespace, tasks: list[str])
         trials=args.trials,
         seed=args.seed,
         out_dir=out,
-        retrieval=RETRIEVAL,
+        retrieval=args.retrieval,
         max_steps=args.max_steps,
     )
     rewards = [float(r.reward) for r in run.results]
@@ -92,7 +98,7 @@ def evaluate(policy: Any, out: Path, args: argparse.Namespace, tasks: list[str])
     }
 
 
-def sft_data(synth: Path, out: Path, max_steps: int) -> tuple[Path, dict[str, Any]]:
+def sft_data(synth: Path, out: Path, max_steps: int, retrieval: str) -> tuple[Path, dict[str, Any]]:
     """Teacher episodes on the synthesized tasks -> export-sft JSONL."""
     import tau_env
     from tau_env.sft import select, to_example
@@ -105,7 +111,7 @@ def sft_data(synth: Path, out: Path, max_steps: int) -> tuple[Path, dict[str, An
         tau_env.ScriptedUser,
         tasks=str(tasks),
         out_dir=out / "teacher",
-        retrieval=RETRIEVAL,
+        retrieval=retrieval,
         max_steps=max_steps,
     )
     records = [r.to_dict() for r in run.results]
@@ -119,11 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="SmolLM2-135M-Instruct folder")
     p.add_argument("--out", type=Path, default=Path("runs/recipe_cpu"), help="run folder (resumable)")
     p.add_argument("--quick", action="store_true", help="tiny random model, tiny sizes: a smoke run")
+    p.add_argument(
+        "--retrieval",
+        default=RETRIEVAL,
+        help="retrieval configuration of every stage (one --out folder per configuration)",
+    )
     p.add_argument("--heldout", type=int, default=len(HELDOUT), help="how many of the held-out tasks")
     p.add_argument("--trials", type=int, default=3, help="trials per held-out task")
     p.add_argument("--eval-temperature", type=float, default=0.3, help="sampling temperature of the evaluations")
-    p.add_argument("--synth-n", type=int, default=120, help="synthesized tasks to request")
-    p.add_argument("--sft-steps", type=int, default=28)
+    p.add_argument("--synth-n", type=int, default=400, help="synthesized tasks to request")
+    p.add_argument("--sft-steps", type=int, default=44)
     p.add_argument("--sft-batch", type=int, default=4)
     p.add_argument("--sft-lr", type=float, default=5e-4)
     p.add_argument(
@@ -189,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         run_tasks(synth, ENV, n=args.synth_n, batch=max(args.synth_n, 10), seed=args.seed)
         run_decontaminate(synth, against=ENV)
     decon = json.loads((synth / "decontamination.json").read_text())
-    data, data_stats = sft_data(synth, out / "sft_data", 40)  # the teacher's episodes need room
+    data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval)  # the teacher's episodes need room
     timings["data_s"] = time.perf_counter() - t0
     if args.quick:
         build_tiny_model(model_dir, data.read_text(encoding="utf-8").splitlines() * 3)
@@ -216,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             micro_batch=min(args.micro_batch, args.sft_batch),
             lr=args.sft_lr,
             max_len=args.max_len,
-            retrieval=RETRIEVAL,
+            retrieval=args.retrieval,
             max_new_tokens=args.max_new_tokens,
             prefix_grad=args.prefix_grad,
             seed=args.seed,
@@ -236,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             out=str(out / "grpo"),
             tasks=str(synth / "tasks.jsonl"),
             task_ids=pool,
-            retrieval=RETRIEVAL,
+            retrieval=args.retrieval,
             max_steps=args.max_steps,
             steps=args.grpo_steps,
             tasks_per_step=args.grpo_tasks,
@@ -257,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     sft_rows = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
     rows = [("before", before), ("after SFT", after_sft), ("after GRPO", after_grpo)]
-    print(f"held-out Harbor Bank tasks: {len(heldout)} x {args.trials} trials (retrieval {RETRIEVAL})")
+    print(f"held-out Harbor Bank tasks: {len(heldout)} x {args.trials} trials (retrieval {args.retrieval})")
     print(f"{'stage':<12} {'pass@1':>7} {'se':>6} {'episodes':>8} {'eval s':>7}")
     for name, r in rows:
         se_text = "-" if r["se"] is None else f"{r['se']:.3f}"
@@ -272,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "tiny-random" if args.quick else str(model_dir),
         "heldout": heldout,
         "trials": args.trials,
-        "retrieval": RETRIEVAL,
+        "retrieval": args.retrieval,
         "synthesis": {"checked": decon.get("checked"), "kept": decon.get("kept"), "removed": len(decon["removed"])},
         "sft_data": data_stats,
         "before": before,
