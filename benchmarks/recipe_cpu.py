@@ -14,11 +14,11 @@
    plays it.
 
 CPU choices: the ``grep`` retrieval configuration (one knowledge tool, ``grep_documents``, whose
-matching lines are short: the policy prompt and 19 tool schemas, ~2.6k tokens with SmolLM2's
+matching lines are short: the policy prompt and 19 tool schemas, a 2.4k-token shared prefix with SmolLM2's
 tokenizer; the teacher greps the words of each specialised tool's name before unlocking it, so the
-name is in the context; with ``none`` it is nowhere and a model must memorise it), LoRA (rank 16, attention and MLP), the
-shared prompt prefix run once per micro-batch in training and reused across turns and episodes in
-generation, short turns (``--max-new-tokens``) and a small step budget per episode.
+name is in the context; with ``none`` it is nowhere and a model must memorise it), LoRA (rank
+16, attention and MLP), the shared prompt prefix run once per micro-batch in training and reused
+across turns and episodes in generation, short turns (``--max-new-tokens``) and a small step budget per episode.
 
     python benchmarks/recipe_cpu.py [--model ~/.cache/tau_env_e2e/smollm2] [--out runs/recipe_cpu] [--quick]
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-batch", type=int, default=4)
     p.add_argument("--sft-lr", type=float, default=5e-4)
     p.add_argument(
-        "--micro-batch", type=int, default=2, help="sequences per forward pass (memory: ~6 GB each at 3k tokens)"
+        "--micro-batch", type=int, default=1, help="sequences per forward pass (memory: ~5 GB each at 4k tokens)"
     )
     p.add_argument(
         "--no-prefix-grad",
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grpo-lr", type=float, default=2e-5)
     p.add_argument("--max-new-tokens", type=int, default=96, help="per agent turn")
     p.add_argument("--max-steps", type=int, default=16, help="env step budget per episode")
-    p.add_argument("--max-len", type=int, default=3500, help="longest SFT example and GRPO episode, in tokens")
+    p.add_argument("--max-len", type=int, default=4200, help="longest SFT example and GRPO episode, in tokens")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
