@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tau_env.knowledge.tools import RETRIEVAL_CONFIGS
+
 ENV = "harbor-bank-v0"
 #: The retrieval configuration: ``grep`` gives the agent ``grep_documents``, whose matching lines
 #: name the specialised tools (``none`` leaves their names nowhere in the conversation).
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--retrieval",
         default=RETRIEVAL,
+        choices=sorted(RETRIEVAL_CONFIGS),
         help="retrieval configuration of every stage (one --out folder per configuration)",
     )
     p.add_argument("--heldout", type=int, default=len(HELDOUT), help="how many of the held-out tasks")

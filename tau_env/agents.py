@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tau_env.knowledge.tools import grep_documents, search_documents, search_documents_dense, search_documents_hybrid
 from tau_env.messages import Message, assistant_message, say, tool_call
 from tau_env.policy import Observation, Policy
 from tau_env.tasks import Task
@@ -96,8 +97,10 @@ class TeacherAgent(OracleAgent):
     the user reveals them (the scripted user's rule); it spends one more step per question or lookup.
     """
 
-    #: The knowledge tools it looks names up with, by preference, and how it calls each.
-    LOOKUP_TOOLS = ("grep_documents", "search_documents", "search_documents_hybrid", "search_documents_dense")
+    #: The knowledge tools it looks names up with, by preference (grep takes a pattern, the others a query).
+    LOOKUP_TOOLS = tuple(
+        t.name for t in (grep_documents, search_documents, search_documents_hybrid, search_documents_dense)
+    )
 
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         super().reset(task, seed)
@@ -161,7 +164,9 @@ class TeacherAgent(OracleAgent):
             self._n += 1
             self._looked_up.add(name)
             words = re.sub(r"_\d+$", "", name) or name
-            args = {"pattern": re.escape(words)} if lookup == "grep_documents" else {"query": words.replace("_", " ")}
+            args = (
+                {"pattern": re.escape(words)} if lookup == grep_documents.name else {"query": words.replace("_", " ")}
+            )
             return assistant_message(None, [tool_call(lookup, args, id=f"teacher_{self._n}")])
         return super().__call__(obs)
 
