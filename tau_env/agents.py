@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tau_env.error import InvalidOptionError
 from tau_env.knowledge.tools import grep_documents, search_documents, search_documents_dense, search_documents_hybrid
 from tau_env.messages import Message, assistant_message, say, tool_call
 from tau_env.policy import Observation, Policy
@@ -71,6 +72,18 @@ def _shown(value: str, text: str) -> bool:
     return re.search(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])", text) is not None
 
 
+def _tool_names(action: Any) -> list[str]:
+    """The tool names an action makes the agent say: those it passes (an argument whose key ends
+    in ``tool_name``, as ``unlock_tool`` and ``hand_over_tool`` take) and, for a user's action, the
+    app tool the agent asks the user to use.
+    """
+    names = [] if action.requestor == "agent" else [action.name]
+    for key, value in action.arguments.items():
+        if str(key).endswith("tool_name") and isinstance(value, str) and value.strip():
+            names.append(value)
+    return names
+
+
 class TeacherAgent(OracleAgent):
     """The oracle's reference actions, played as a careful agent would: it never uses a customer
     fact the conversation has not shown.
@@ -86,12 +99,27 @@ class TeacherAgent(OracleAgent):
 
     Tool names are knowledge too: the names of specialised tools are written in the policy
     documents. When the configuration gives a knowledge tool (``grep_documents``, else a
-    ``search_documents*`` tool) and the next action names a tool (an argument whose key ends in
-    ``tool_name``, as ``unlock_tool`` and ``hand_over_tool`` take) that no tool result has shown,
-    it first looks the name up, once, by the words of the name without its number
+    ``search_documents*`` tool) and an action names a tool (an argument whose key ends in
+    ``tool_name``, as ``unlock_tool`` and ``hand_over_tool`` take, or the app tool of a user's
+    action, which the agent asks the user to use) that no tool result has shown,
+    it looks the name up, once, by the words of the name without its number
     (``set_travel_notice`` for ``set_travel_notice_3012``): a grep for them, or a search with them
     as the query. Without a knowledge tool (retrieval ``none``) the names come from nowhere in the
     conversation, as they do for the oracle.
+
+    When it looks them up is ``lookup``:
+
+    - ``"early"`` (the default): at its first turns, right after the customer's opening request,
+      before it asks for anything, it looks up every name its actions will use. The choice of
+      procedure is then made where the request is the latest message, and the later calls copy a
+      name the conversation already shows: what a small model imitating it can learn (decided
+      eight turns later, after the identity check, a 135M model learnt the names' distribution,
+      not which request needs which).
+    - ``"before_use"``: just before the first action that names the tool.
+
+    With several requests it looks up every name at the start too, as the oracle's order already
+    performs every action before the later requests are said: train on single-request tasks when
+    that matters.
 
     With the scripted user it reaches the oracle's reward on every task whose facts are named so
     the user reveals them (the scripted user's rule); it spends one more step per question or lookup.
@@ -101,6 +129,17 @@ class TeacherAgent(OracleAgent):
     LOOKUP_TOOLS = tuple(
         t.name for t in (grep_documents, search_documents, search_documents_hybrid, search_documents_dense)
     )
+
+    LOOKUP_MODES = ("early", "before_use")
+
+    def __init__(self, lookup: str = "early") -> None:
+        if lookup not in self.LOOKUP_MODES:
+            raise InvalidOptionError(f"TeacherAgent(lookup={lookup!r}): expected one of {list(self.LOOKUP_MODES)}.")
+        self.lookup = lookup
+        super().__init__()
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent": f"{type(self).__module__}.{type(self).__qualname__}", "lookup": self.lookup}
 
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         super().reset(task, seed)
@@ -116,19 +155,28 @@ class TeacherAgent(OracleAgent):
         return self._actions[i] if i < len(self._actions) else None
 
     def _to_look_up(self, obs: Observation) -> tuple[str, str] | None:
-        """(knowledge tool, tool name) for the next action's first tool name not yet shown, if any."""
+        """(knowledge tool, tool name) for the first tool name to look up now, if any: the next
+        action's (``before_use``), or, until the teacher has done anything else, any remaining
+        agent action's (``early``).
+        """
         action = self._next()
-        if action is None or action.requestor != "agent":
+        if action is None:
+            return None
+        if self.lookup == "early" and self._i == 0 and not self._asked and not self._requested:
+            pending = self._actions
+        else:
+            pending = [action]
+        names = [n for a in pending for n in _tool_names(a)]
+        if not names:
             return None
         active = {(t.get("function") or {}).get("name") for t in obs.get("tools") or []}
         lookup = next((n for n in self.LOOKUP_TOOLS if n in active), None)
         if lookup is None:
             return None
         seen = "\n".join(str(m.get("content") or "") for m in obs.get("messages") or [] if m.get("role") == "tool")
-        for key, value in action.arguments.items():
-            if str(key).endswith("tool_name") and isinstance(value, str) and value.strip():
-                if value not in self._looked_up and not _shown(value, seen):
-                    return lookup, value
+        for name in names:
+            if name not in self._looked_up and not _shown(name, seen):
+                return lookup, name
         return None
 
     def _to_ask(self, obs: Observation) -> list[str]:
@@ -152,13 +200,14 @@ class TeacherAgent(OracleAgent):
         return keys
 
     def __call__(self, obs: Observation) -> Message:
-        keys = self._to_ask(obs)
+        found = self._to_look_up(obs) if self.lookup == "early" else None
+        keys = [] if found is not None else self._to_ask(obs)
         if keys:
             self._n += 1
             self._requested.update(keys)
             names = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + f" and {keys[-1]}"
             return say(f"Before I go on, could you tell me your {names}?")
-        found = self._to_look_up(obs)
+        found = found or self._to_look_up(obs)
         if found is not None:
             lookup, name = found
             self._n += 1

@@ -6,6 +6,7 @@ fact the conversation had not shown when the call was made, while the reward sta
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 import tau_env
 from tau_env import OracleAgent, ScriptedUser, TeacherAgent
 from tau_env.cli import main
+from tau_env.error import InvalidOptionError
 from tau_env.messages import say
 
 ENV = "harbor-bank-v0"
@@ -117,16 +119,33 @@ def unseen_tool_names(record):
     return out
 
 
+def unseen_app_tools(record, task):
+    """Names of the user's app tools the agent asked the user to use before any tool result showed them."""
+    names = {a.name for a in task.actions if a.requestor == "user"}
+    seen, out = [], []
+    for m in record["agent_view"]["messages"]:
+        if m["role"] == "tool":
+            seen.append(str(m.get("content") or ""))
+        if m["role"] == "assistant" and m.get("content"):
+            for n in names:
+                if n in m["content"] and not any(n in s for s in seen):
+                    out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("lookup", ["early", "before_use"])
 @pytest.mark.parametrize("retrieval", ["grep", "bm25"])
-def test_with_a_knowledge_tool_every_tool_name_is_looked_up_before_it_is_used(shipped, retrieval):
+def test_with_a_knowledge_tool_every_tool_name_is_looked_up_before_it_is_used(shipped, retrieval, lookup):
     kw = {"retrieval": retrieval, "max_steps": 60}
     oracle = tau_env.evaluate(ENV, OracleAgent, ScriptedUser, **kw).results
-    teacher = tau_env.evaluate(ENV, TeacherAgent, ScriptedUser, **kw).results
+    teacher = tau_env.evaluate(ENV, functools.partial(TeacherAgent, lookup=lookup), ScriptedUser, **kw).results
+    by_id = {t.id: t for t in shipped}
     assert {r.task_id: r.reward for r in teacher} == {r.task_id: r.reward for r in oracle}
     lookups = 0
     for r in teacher:
         rec = r.to_dict()
         assert unseen_tool_names(rec) == [], r.task_id
+        assert unseen_app_tools(rec, by_id[r.task_id]) == [], r.task_id
         calls = [c["function"] for m in rec["agent_view"]["messages"] for c in m.get("tool_calls") or []]
         lookups += sum(c["name"] in TeacherAgent.LOOKUP_TOOLS for c in calls)
         # one lookup per name at most, and only with the configuration's own tool
@@ -136,22 +155,68 @@ def test_with_a_knowledge_tool_every_tool_name_is_looked_up_before_it_is_used(sh
         assert len(queries) == len({json.dumps(q) for q in queries}), r.task_id
     # the oracle's episodes do name tools no result showed: the property above is not vacuous
     assert sum(bool(unseen_tool_names(r.to_dict())) for r in oracle) >= 10
+    assert sum(bool(unseen_app_tools(r.to_dict(), by_id[r.task_id])) for r in oracle) >= 2
     assert lookups >= 10
 
 
-def test_the_lookup_uses_the_words_of_the_name_not_its_number():
+@pytest.mark.parametrize("lookup", ["early", "before_use"])
+def test_the_lookup_uses_the_words_of_the_name_not_its_number(lookup):
     (r,) = tau_env.evaluate(
-        ENV, TeacherAgent, ScriptedUser, task_ids=["travel_notice_simple"], retrieval="grep"
+        ENV, TeacherAgent(lookup=lookup), ScriptedUser, task_ids=["travel_notice_simple"], retrieval="grep"
     ).results
     msgs = r.to_dict()["agent_view"]["messages"]
     calls = [
         (c["function"]["name"], json.loads(c["function"]["arguments"])) for m in msgs for c in m.get("tool_calls") or []
     ]
     i = calls.index(("grep_documents", {"pattern": "set_travel_notice"}))
-    assert calls[i + 1] == ("unlock_tool", {"tool_name": "set_travel_notice_3012"})
+    j = calls.index(("unlock_tool", {"tool_name": "set_travel_notice_3012"}))
+    # before_use: right before the unlock; early: the first thing done, before the identity check
+    assert (i, j) == ((0, 3) if lookup == "early" else (j - 1, 3))
+    if lookup == "early":
+        agent_turns = [m for m in msgs if m["role"] == "assistant"][1:]  # after the greeting
+        assert agent_turns[0]["tool_calls"][0]["function"]["name"] == "grep_documents"
+        assert "could you tell me" in agent_turns[1]["content"]
     results = [m["content"] for m in msgs if m["role"] == "tool"]
     assert any("set_travel_notice_3012" in c for c in results)
     assert r.reward == 1.0
+
+
+def test_early_lookups_come_first_and_once_per_name(shipped):
+    """Every shipped task: the lookups are the agent's first actions after the request, then none."""
+    teacher = tau_env.evaluate(ENV, TeacherAgent, ScriptedUser, retrieval="grep", max_steps=60).results
+    looked = 0
+    for r in teacher:
+        turns = [m for m in r.to_dict()["agent_view"]["messages"] if m["role"] == "assistant"][1:]
+        kinds = [
+            "lookup" if any(c["function"]["name"] == "grep_documents" for c in m.get("tool_calls") or []) else "other"
+            for m in turns
+        ]
+        n = kinds.index("other") if "other" in kinds else len(kinds)
+        assert "lookup" not in kinds[n:], r.task_id
+        looked += n
+        patterns = [json.loads(c["function"]["arguments"])["pattern"] for m in turns[:n] for c in m["tool_calls"]]
+        assert len(patterns) == len(set(patterns)), r.task_id
+        assert r.reward == 1.0, r.task_id
+    assert looked >= 20
+
+
+def test_an_app_tool_the_user_must_use_is_looked_up_before_it_is_named():
+    (r,) = tau_env.evaluate(
+        ENV, TeacherAgent, ScriptedUser, task_ids=["mobile_deposit_preferred"], retrieval="grep"
+    ).results
+    msgs = r.to_dict()["agent_view"]["messages"]
+    first = next(m for m in msgs if m["role"] == "assistant" and m.get("tool_calls"))
+    assert json.loads(first["tool_calls"][0]["function"]["arguments"]) == {"pattern": "deposit_check_in_app"}
+    said = next(
+        i for i, m in enumerate(msgs) if m["role"] == "assistant" and "deposit_check_in_app" in (m.get("content") or "")
+    )
+    shown = next(i for i, m in enumerate(msgs) if m["role"] == "tool" and "deposit_check_in_app" in m["content"])
+    assert shown < said and r.reward == 1.0
+
+
+def test_an_unknown_lookup_mode_is_refused():
+    with pytest.raises(InvalidOptionError, match="lookup"):
+        TeacherAgent(lookup="later")
 
 
 def test_without_a_knowledge_tool_nothing_is_looked_up(shipped):
@@ -215,4 +280,7 @@ def test_cli_teacher_episodes_export_as_sft_examples(tmp_path, capsys):
     (ex,) = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
     trained = [m for m, t in zip(ex["messages"], ex["train"]) if t]
     assert trained[0]["content"].startswith("Before I go on, could you tell me your full name")
-    assert json.loads((out / "config.json").read_text())["agent"] == "tau_env.agents.TeacherAgent"
+    assert json.loads((out / "config.json").read_text())["agent"] == {
+        "agent": "tau_env.agents.TeacherAgent",
+        "lookup": "early",
+    }
