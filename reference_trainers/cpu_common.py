@@ -258,8 +258,27 @@ def split_point(seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], m
     return p if p >= min_prefix else 0
 
 
+def prefix_cache(model: nn.Module, prefix: Sequence[int]) -> Any:
+    """The key/value cache of ``prefix`` (one sequence), computed without gradient.
+
+    For :func:`prefix_shared_logits` with ``prefix_grad=False``: a training step whose micro-batches
+    share the prompt prefix runs it once for the whole step (the weights change only at the step's
+    end, so every micro-batch would compute the same keys and values).
+    """
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([list(prefix)], dtype=torch.long, device=device), use_cache=True)
+    return getattr(out, "cache", None) or out.past_key_values
+
+
 def prefix_shared_logits(
-    model: nn.Module, seqs: Sequence[Sequence[int]], prefix_len: int, prefix_grad: bool = True
+    model: nn.Module,
+    seqs: Sequence[Sequence[int]],
+    prefix_len: int,
+    prefix_grad: bool = True,
+    *,
+    cache: Any = None,
+    keep: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Logits over each sequence's suffix ``seq[prefix_len:]``, the shared prefix run once.
 
@@ -271,8 +290,15 @@ def prefix_shared_logits(
     system prompt is encoded); about half the compute and far less memory per step, since the
     prefix keeps no activations for backward.
 
+    Args:
+        cache: The prefix's cache from :func:`prefix_cache` (``prefix_grad=False`` only): not
+            recomputed, and left as it was (a copy is extended).
+        keep: Suffix positions whose logits to return (a sorted 1-D index tensor), e.g. those that
+            predict a trained token: the output layer (576 x 49k for SmolLM2) runs on those alone.
+
     Returns:
         ``(logits [B, S, V], valid [B, S])`` with ``S`` the longest suffix; ``valid`` is 0 on padding.
+        With ``keep``, ``logits`` is ``[B, len(keep), V]`` (``valid`` stays ``[B, S]``).
     """
     device = next(model.parameters()).device
     b = len(seqs)
@@ -281,18 +307,59 @@ def prefix_shared_logits(
     pad = 0
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], dtype=torch.long, device=device)
     valid = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in suffixes], dtype=torch.long, device=device)
+    extra = {} if keep is None else {"logits_to_keep": keep.to(device)}
     if prefix_len == 0:
-        return model(input_ids=ids, attention_mask=valid, use_cache=False).logits, valid
-    prefix = torch.tensor([list(seqs[0][:prefix_len])], dtype=torch.long, device=device)
-    with torch.set_grad_enabled(prefix_grad and torch.is_grad_enabled()):
-        first = model(input_ids=prefix, use_cache=True)
-    cache = getattr(first, "cache", None) or first.past_key_values
+        return model(input_ids=ids, attention_mask=valid, use_cache=False, **extra).logits, valid
+    if cache is not None:
+        if prefix_grad:
+            raise InvalidOptionError("a precomputed prefix cache carries no gradient: pass prefix_grad=False with it")
+        if cache.get_seq_length() != prefix_len:
+            raise InvalidOptionError(f"the prefix cache holds {cache.get_seq_length()} tokens, not {prefix_len}")
+        import copy
+
+        cache = copy.deepcopy(cache)  # the forward appends the suffix to it
+    else:
+        prefix = torch.tensor([list(seqs[0][:prefix_len])], dtype=torch.long, device=device)
+        with torch.set_grad_enabled(prefix_grad and torch.is_grad_enabled()):
+            first = model(input_ids=prefix, use_cache=True)
+        cache = getattr(first, "cache", None) or first.past_key_values
     if b > 1:
         cache.batch_repeat_interleave(b)
     attn = torch.cat([torch.ones(b, prefix_len, dtype=torch.long, device=device), valid], dim=1)
     pos = torch.arange(prefix_len, prefix_len + width, device=device).unsqueeze(0).expand(b, -1)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{_cache_arg(model): cache})
+    out = model(
+        input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{_cache_arg(model): cache}, **extra
+    )
     return out.logits, valid
+
+
+def predicting_positions(masks: Sequence[Sequence[int]]) -> Tensor:
+    """Positions ``t`` (of right-padded rows) whose logits predict a trained token: ``mask[t + 1] == 1`` in some row."""
+    width = max(len(m) for m in masks)
+    hit = [False] * width
+    for m in masks:
+        for t in range(len(m) - 1):
+            if m[t + 1]:
+                hit[t] = True
+    return torch.tensor([t for t, h in enumerate(hit) if h], dtype=torch.long)
+
+
+def compact_targets(logits: Tensor, ids: Tensor, mask: Tensor, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The arguments of ``sft_loss`` / ``token_logprobs`` for logits kept at positions ``keep`` only.
+
+    ``logits`` is ``[B, K, V]`` (position ``keep[j]`` of ``ids [B, S]``); the result is a shorter
+    sequence with the same terms: logits ``[B, K + 1, V]`` (a zero row last, which predicts nothing),
+    ids and mask ``[B, K + 1]`` whose entry ``j + 1`` is the target ``ids[:, keep[j] + 1]`` (entry 0 is
+    padding, mask 0). ``sft_loss`` over it equals ``sft_loss`` over the full rows when every trained
+    target is predicted from a kept position.
+    """
+    b = logits.shape[0]
+    nxt = keep.to(ids.device) + 1
+    zeros = torch.zeros(b, 1, dtype=ids.dtype, device=ids.device)
+    c_logits = torch.cat([logits, logits.new_zeros(b, 1, logits.shape[-1])], dim=1)
+    c_ids = torch.cat([zeros, ids[:, nxt]], dim=1)
+    c_mask = torch.cat([zeros.to(mask.dtype), mask[:, nxt]], dim=1)
+    return c_logits, c_ids, c_mask
 
 
 def _cache_arg(model: nn.Module) -> str:

@@ -33,10 +33,13 @@ from tau_env.reference_trainers.cpu_common import (
     Sample,
     add_lora,
     chat_template_for,
+    compact_targets,
     config_dict,
     load_model,
     opt,
     parse_config,
+    predicting_positions,
+    prefix_cache,
     prefix_shared_logits,
     progress_bar,
     read_sft_jsonl,
@@ -104,17 +107,30 @@ def batch_order(n: int, steps: int, batch_size: int, seed: int) -> list[list[int
 
 
 def micro_step(
-    model: Any, samples: list[Sample], total_agent_tokens: int, prefix_grad: bool = True
+    model: Any,
+    samples: list[Sample],
+    total_agent_tokens: int,
+    prefix_grad: bool = True,
+    prefix: tuple[int, Any] | None = None,
 ) -> tuple[float, int]:
-    """Forward and backward one micro-batch; the loss is summed and divided by the step's agent-token count."""
+    """Forward and backward one micro-batch; the loss is summed and divided by the step's agent-token count.
+
+    ``prefix``: ``(length, cache)`` of a prompt prefix the whole step shares, computed once
+    (:func:`~tau_env.reference_trainers.cpu_common.prefix_cache`; ``prefix_grad=False`` only).
+    The output layer runs only where a trained token is predicted.
+    """
     ids = [s.input_ids for s in samples]
     masks = [s.loss_mask for s in samples]
-    p = split_point(ids, masks)
-    logits, valid = prefix_shared_logits(model, ids, p, prefix_grad=prefix_grad)
-    width = logits.shape[1]
-    suffix_ids = torch.tensor([i[p:] + [0] * (width - len(i) + p) for i in ids], device=logits.device)
-    suffix_mask = torch.tensor([m[p:] + [0] * (width - len(m) + p) for m in masks], device=logits.device)
-    loss = sft_loss(logits, suffix_ids, suffix_mask * valid, reduction="sum") / total_agent_tokens
+    p, cache = prefix if prefix is not None else (split_point(ids, masks), None)
+    width = max(len(i) for i in ids) - p
+    suffix_ids = torch.tensor([i[p:] + [0] * (width - len(i) + p) for i in ids])
+    suffix_mask = torch.tensor([m[p:] + [0] * (width - len(m) + p) for m in masks])
+    keep = predicting_positions(suffix_mask.tolist())
+    logits, valid = prefix_shared_logits(model, ids, p, prefix_grad=prefix_grad, cache=cache, keep=keep)
+    c_logits, c_ids, c_mask = compact_targets(
+        logits, suffix_ids.to(logits.device), (suffix_mask * valid.cpu()).to(logits.device), keep
+    )
+    loss = sft_loss(c_logits, c_ids, c_mask, reduction="sum") / total_agent_tokens
     loss.backward()
     return float(loss.detach()), int(valid.sum()) + p
 
@@ -196,8 +212,15 @@ def train(cfg: SFTConfig) -> Path:
         optimizer.zero_grad(set_to_none=True)
         agent_tokens = sum(sum(s.loss_mask) for s in batch)
         loss, tokens = 0.0, 0
+        shared = None
+        if not cfg.prefix_grad and len(batch) > cfg.micro_batch:  # one prefix for the whole step
+            p = split_point([s.input_ids for s in batch], [s.loss_mask for s in batch])
+            if p:
+                shared = (p, prefix_cache(model, batch[0].input_ids[:p]))
         for i in range(0, len(batch), cfg.micro_batch):
-            part_loss, part_tokens = micro_step(model, batch[i : i + cfg.micro_batch], agent_tokens, cfg.prefix_grad)
+            part_loss, part_tokens = micro_step(
+                model, batch[i : i + cfg.micro_batch], agent_tokens, cfg.prefix_grad, shared
+            )
             loss += part_loss
             tokens += part_tokens
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))

@@ -24,6 +24,8 @@ from tau_env.reference_trainers.cpu_common import (  # noqa: E402
     common_prefix_len,
     initial_tools,
     merged_state_dict,
+    predicting_positions,
+    prefix_cache,
     prefix_shared_logits,
     split_point,
     svg_plot,
@@ -33,6 +35,7 @@ from tau_env.reference_trainers.objectives import sft_loss  # noqa: E402
 from tau_env.reference_trainers.rollout import TokenTrajectory  # noqa: E402
 
 import tau_env  # noqa: E402
+from tau_env.error import InvalidOptionError  # noqa: E402
 from tau_env.sft import to_example  # noqa: E402
 
 ENV = "harbor-bank-v0"
@@ -175,6 +178,80 @@ def test_a_prefix_without_gradient_gives_the_same_logits_and_trains_only_through
     diff = sum(float((a - b).norm()) for a, b in zip(cheap, exact))
     total = sum(float(b.norm()) for b in exact)
     assert 0 < diff < total
+
+
+def _lora_model(tiny_dir, seed=0):
+    model, tok = _tok_model(tiny_dir)
+    torch.manual_seed(seed)
+    add_lora(model, 4, 8.0)
+    for m in model.modules():  # LoRA starts at B = 0; move it so every path depends on it
+        if isinstance(m, LoRALinear):
+            torch.nn.init.normal_(m.lora_B, std=0.02)
+    return model, tok
+
+
+def _lora_grads(model):
+    return [m.lora_B.grad.clone() for m in model.modules() if isinstance(m, LoRALinear)]
+
+
+def test_the_output_layer_on_trained_positions_only_gives_the_full_loss_and_gradient(tiny_dir, examples):
+    """micro_step keeps the logits that predict a trained token: the same loss and LoRA gradient."""
+
+    def full(model, samples, total):
+        ids, masks = [s.input_ids for s in samples], [s.loss_mask for s in samples]
+        p = split_point(ids, masks)
+        logits, valid = prefix_shared_logits(model, ids, p)
+        width = logits.shape[1]
+        suffix = torch.tensor([i[p:] + [0] * (width - len(i) + p) for i in ids])
+        mask = torch.tensor([m[p:] + [0] * (width - len(m) + p) for m in masks]) * valid
+        loss = sft_loss(logits, suffix, mask, reduction="sum") / total
+        loss.backward()
+        return float(loss.detach())
+
+    model, tok = _lora_model(tiny_dir)
+    samples = [tokenize_sft_example(tok, ex, tok.chat_template) for ex in examples]
+    total = sum(sum(s.loss_mask) for s in samples)
+    want = full(model, samples, total)
+    want_grads = _lora_grads(model)
+    model.zero_grad()
+    got, _ = sft.micro_step(model, samples, total)
+    assert got == pytest.approx(want, rel=1e-5)
+    for a, b in zip(_lora_grads(model), want_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    keep = predicting_positions([[0, 1, 1, 0, 0], [0, 0, 0, 1]])
+    assert keep.tolist() == [0, 1, 2]
+
+
+def test_a_prefix_computed_once_per_step_equals_one_per_micro_batch(tiny_dir, examples):
+    """Without prefix gradient, the step's shared prefix cache gives each micro-batch's loss and gradient."""
+    model, tok = _lora_model(tiny_dir)
+    samples = [tokenize_sft_example(tok, ex, tok.chat_template) for ex in examples] * 2
+    total = sum(sum(s.loss_mask) for s in samples)
+    ids, masks = [s.input_ids for s in samples], [s.loss_mask for s in samples]
+    p = split_point(ids, masks)
+    cache = prefix_cache(model, ids[0][:p])
+    before = [(k.clone(), v.clone()) for k, v in ((layer.keys, layer.values) for layer in cache.layers)]
+    losses = {}
+    for shared in (False, True):
+        model.zero_grad()
+        losses[shared] = [
+            sft.micro_step(model, samples[i : i + 2], total, False, (p, cache) if shared else None)[0]
+            for i in range(0, len(samples), 2)
+        ]
+        grads = _lora_grads(model)
+        if not shared:
+            want = grads
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+    for a, b in zip(grads, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    # the shared cache is left as it was, for the next micro-batch
+    assert cache.get_seq_length() == p
+    for (k, v), layer in zip(before, cache.layers, strict=True):
+        assert torch.equal(k, layer.keys) and torch.equal(v, layer.values)
+    with pytest.raises(InvalidOptionError, match="no gradient"):
+        prefix_shared_logits(model, ids[:2], p, prefix_grad=True, cache=cache)
+    with pytest.raises(InvalidOptionError, match="holds"):
+        prefix_shared_logits(model, ids[:2], p - 1, prefix_grad=False, cache=cache)
 
 
 def test_sft_gradient_reaches_only_agent_token_predictions(tiny_dir, examples):
