@@ -3,6 +3,8 @@
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -74,3 +76,47 @@ def test_local_model_plays_the_agent_seat(tiny_model):
         arun_episode(TauEnv(make_domain(), max_steps=6), LLMAgent(client), ScriptedUser(), "restock", seed=1)
     )
     assert again.events == r.events
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(1, 300)),
+            st.tuples(st.just("crop"), st.integers(1, 50)),
+            st.tuples(st.just("repeat"), st.just(2)),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_growing_cache_holds_what_transformers_own_cache_holds(ops):
+    """Appends (past the spare room), crops and batch repeats: the same keys and values as DynamicCache."""
+    import torch
+    from transformers import DynamicCache, LlamaConfig
+
+    from tau_env.llm.local import growing_cache
+
+    config = LlamaConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+    plain, grown = DynamicCache(config=config), growing_cache(config)
+    assert all(type(a) is not type(b) for a, b in zip(plain.layers, grown.layers))
+    gen = torch.Generator().manual_seed(0)
+    batch = 1
+    for op, n in ops:
+        if op == "add":
+            for layer in range(2):
+                k, v = torch.randn(batch, 1, n, 8, generator=gen), torch.randn(batch, 1, n, 8, generator=gen)
+                want = plain.update(k, v, layer)
+                got = grown.update(k, v, layer)
+                assert all(torch.equal(a, b) for a, b in zip(want, got))
+        elif op == "crop" and plain.get_seq_length() > n:
+            plain.crop(-n)
+            grown.crop(-n)
+        elif op == "repeat" and batch < 4 and plain.get_seq_length():
+            plain.batch_repeat_interleave(n)
+            grown.batch_repeat_interleave(n)
+            batch *= n
+        assert plain.get_seq_length() == grown.get_seq_length()
+        for a, b in zip(plain.layers, grown.layers):
+            if a.is_initialized:
+                assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)

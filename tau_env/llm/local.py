@@ -19,6 +19,68 @@ from tau_env.error import DependencyNotInstalled, InvalidOptionError
 from tau_env.llm.client import Sampling, Usage
 
 
+def growing_cache(config: Any) -> Any:
+    """A ``transformers.DynamicCache`` whose full-attention layers grow in place (:func:`_growing_layer`).
+
+    transformers' own layers append every generated token with ``torch.cat``, copying the whole
+    cache: at a 3k-token context that was a third of SmolLM2-135M's decode time on a 2-core CPU.
+    Sliding-window layers (and any other kind) are left as they are.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    cls = _growing_layer()
+    cache.layers = [cls() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+_GROWING: Any = None
+
+
+def _growing_layer() -> Any:
+    """``DynamicLayer`` over a buffer with spare room: ``update`` writes the new tokens into it and
+    returns a view (no copy of what is cached), reallocating (25 % more room) only when full.
+    Anything that replaces the tensors (``batch_repeat_interleave``, ``reset``...) is picked up at
+    the next ``update``; ``crop`` keeps a view of the same buffer.
+    """
+    global _GROWING
+    if _GROWING is None:
+        from transformers.cache_utils import DynamicLayer
+
+        class GrowingLayer(DynamicLayer):
+            def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+                if not self.is_initialized:
+                    self.lazy_initialization(key_states, value_states)
+                n = self.keys.shape[-2] if self.keys.numel() else 0
+                k = key_states.shape[-2]
+                buf = getattr(self, "_buf", None)
+                if (
+                    buf is None
+                    or buf[0].shape[:-2] != key_states.shape[:-2]
+                    or buf[0].shape[-1] != key_states.shape[-1]
+                    or buf[0].shape[-2] < n + k
+                    or buf[0].dtype != key_states.dtype
+                    or (
+                        n and (self.keys.data_ptr() != buf[0].data_ptr() or self.values.data_ptr() != buf[1].data_ptr())
+                    )
+                ):
+                    room = n + k + max(256, (n + k) // 4)
+                    shape = (*key_states.shape[:-2], room, key_states.shape[-1])
+                    buf = (key_states.new_empty(shape), value_states.new_empty(shape))
+                    if n:
+                        buf[0][..., :n, :] = self.keys
+                        buf[1][..., :n, :] = self.values
+                    self._buf = buf
+                buf[0][..., n : n + k, :] = key_states
+                buf[1][..., n : n + k, :] = value_states
+                self.keys, self.values = buf[0][..., : n + k, :], buf[1][..., : n + k, :]
+                return self.keys, self.values
+
+        _GROWING = GrowingLayer
+    return _GROWING
+
+
 class ReusedPrefixModel:
     """A causal LM whose ``generate`` reuses the key/value cache of earlier generations.
 
@@ -59,8 +121,6 @@ class ReusedPrefixModel:
         self._entries.clear()
 
     def generate(self, input_ids: Any = None, attention_mask: Any = None, **kwargs: Any) -> Any:
-        from transformers import DynamicCache
-
         if input_ids is None or input_ids.shape[0] != 1 or self._cache_kw in kwargs:
             return self.model.generate(input_ids, attention_mask=attention_mask, **kwargs)
         ids = input_ids[0].tolist()
@@ -80,7 +140,7 @@ class ReusedPrefixModel:
             if extra > 0:
                 cache.crop(-extra)  # a negative count removes that many tokens (every transformers version)
         else:
-            cache, keep = DynamicCache(config=self.model.config), 0
+            cache, keep = growing_cache(self.model.config), 0
         self.reused_tokens += keep
         self.computed_tokens += len(ids) - keep
         out = self.model.generate(input_ids, attention_mask=attention_mask, **{self._cache_kw: cache}, **kwargs)
