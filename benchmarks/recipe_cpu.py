@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,35 +69,56 @@ def pass_at_1(rewards: list[float]) -> dict[str, Any]:
     return {"pass@1": mean, "se": math.sqrt(var / n) if n > 1 else None, "episodes": n}
 
 
-def evaluate(policy: Any, out: Path, args: argparse.Namespace, tasks: list[str]) -> dict[str, Any]:
-    import tau_env
+def evaluate(checkpoint: Path, out: Path, args: argparse.Namespace, tasks: list[str]) -> dict[str, Any]:
+    """pass@1 of a checkpoint on ``tasks``, played by ``tau-env eval --agent-checkpoint`` (in process, no
+    server), in ``--workers`` processes of one thread each over disjoint task shards.
 
+    Decoding a 135M model one token at a time is bound by memory traffic, not arithmetic: on this
+    2-core machine two single-thread processes generate ~1.7x the tokens per second of one process
+    with two threads.
+    """
     # the settings in the folder's name: a rerun with others gets its own folder (a results folder refuses them)
     out = out.with_name(
-        f"{out.name}-{len(tasks)}x{args.trials}-t{args.eval_temperature:g}-n{args.max_new_tokens}-{args.retrieval}"
+        f"{out.name}-{len(tasks)}x{args.trials}-t{args.eval_temperature:g}-n{args.max_new_tokens}"
+        f"-s{args.max_steps}-{args.retrieval}"
     )
-
+    out.mkdir(parents=True, exist_ok=True)
+    workers = max(1, min(args.workers, len(tasks)))
+    env = dict(os.environ)
+    if workers > 1:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     started = time.perf_counter()
-    run = tau_env.evaluate(
-        ENV,
-        policy,
-        tau_env.ScriptedUser,
-        task_ids=tasks,
-        trials=args.trials,
-        seed=args.seed,
-        out_dir=out,
-        retrieval=args.retrieval,
-        max_steps=args.max_steps,
-    )
-    rewards = [float(r.reward) for r in run.results]
+    procs = []
+    for k in range(workers):
+        shard = tasks[k::workers]
+        cmd = [sys.executable, "-m", "tau_env.cli", "eval", "--agent-checkpoint", str(checkpoint)]
+        cmd += ["--trials", str(args.trials), "--seed", str(args.seed), "--retrieval", args.retrieval]
+        cmd += ["--agent-temperature", f"{args.eval_temperature:g}", "--max-tokens", str(args.max_new_tokens)]
+        cmd += ["--max-steps", str(args.max_steps), "--quiet", "--out", str(out / f"shard-{k}")]
+        cmd += [x for t in shard for x in ("--task", t)]
+        log = (out / f"shard-{k}.log").open("w", encoding="utf-8")
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log, cmd))
+    for proc, log, cmd in procs:
+        rc = proc.wait()
+        log.close()
+        if rc != 0:
+            raise RuntimeError(f"evaluation failed (exit {rc}): {' '.join(cmd)}; see {log.name}")
+    records = []
+    for k in range(workers):
+        path = out / f"shard-{k}" / "trajectories.jsonl"
+        records += [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    records = [r for r in records if r.get("termination_reason") != "infrastructure_error"]
+    rewards = [float(r["reward"]) for r in records]
     per_task: dict[str, list[float]] = {}
-    for r in run.results:
-        per_task.setdefault(r.task_id, []).append(float(r.reward))
+    for r in records:
+        per_task.setdefault(r["task_id"], []).append(float(r["reward"]))
     return {
         **pass_at_1(rewards),
         "per_task": {k: sum(v) / len(v) for k, v in per_task.items()},
         "seconds": round(time.perf_counter() - started, 1),
+        "checkpoint": str(checkpoint),
         "results": str(out),
+        "command": "tau-env " + " ".join(procs[0][2][3:]),
     }
 
 
@@ -107,11 +129,18 @@ def sft_data(synth: Path, out: Path, max_steps: int, retrieval: str) -> tuple[Pa
 
     path = out / "sft.jsonl"
     tasks = synth / "tasks.jsonl"
+    # the recipe's SFT stage: single-request trajectories (composites are for RL)
+    single = [
+        t["id"]
+        for t in map(json.loads, tasks.read_text(encoding="utf-8").splitlines())
+        if len(t["scenario"]["requests"]) == 1
+    ]
     run = tau_env.evaluate(
         ENV,
-        tau_env.TeacherAgent,
+        tau_env.TeacherAgent(lookup="early"),
         tau_env.ScriptedUser,
         tasks=str(tasks),
+        task_ids=single,
         out_dir=out / "teacher",
         retrieval=retrieval,
         max_steps=max_steps,
@@ -119,7 +148,7 @@ def sft_data(synth: Path, out: Path, max_steps: int, retrieval: str) -> tuple[Pa
     records = [r.to_dict() for r in run.results]
     examples = [to_example(e) for e in select(records)]
     path.write_text("".join(json.dumps(e) + "\n" for e in examples), encoding="utf-8")
-    return path, {"episodes": len(records), "examples": len(examples)}
+    return path, {"episodes": len(records), "examples": len(examples), "teacher_lookup": "early"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,10 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         help="retrieval configuration of every stage (one --out folder per configuration)",
     )
     p.add_argument("--heldout", type=int, default=len(HELDOUT), help="how many of the held-out tasks")
-    p.add_argument("--trials", type=int, default=3, help="trials per held-out task")
+    p.add_argument("--trials", type=int, default=4, help="trials per held-out task")
     p.add_argument("--eval-temperature", type=float, default=0.3, help="sampling temperature of the evaluations")
     p.add_argument("--synth-n", type=int, default=400, help="synthesized tasks to request")
-    p.add_argument("--sft-steps", type=int, default=44)
+    p.add_argument("--sft-steps", type=int, default=0, help="SFT optimizer steps (0: --sft-epochs passes)")
+    p.add_argument("--sft-epochs", type=float, default=1.0, help="passes over the SFT examples that fit --max-len")
     p.add_argument("--sft-batch", type=int, default=4)
     p.add_argument("--sft-lr", type=float, default=5e-4)
     p.add_argument(
@@ -154,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grpo-group", type=int, default=4, help="rollouts per task (G)")
     p.add_argument("--grpo-lr", type=float, default=2e-5)
     p.add_argument("--max-new-tokens", type=int, default=96, help="per agent turn")
-    p.add_argument("--max-steps", type=int, default=16, help="env step budget per episode")
+    p.add_argument("--max-steps", type=int, default=20, help="env step budget per episode")
+    p.add_argument("--workers", type=int, default=2, help="evaluation processes (one thread each)")
     p.add_argument("--max-len", type=int, default=4200, help="longest SFT example and GRPO episode, in tokens")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
@@ -170,14 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"skipped": f"the train extra is not installed ({e})"}))
         return 0
     from tau_env.reference_trainers import grpo, sft
-    from tau_env.reference_trainers.checkpoint import agent_policy, checkpoint_policy
-    from tau_env.reference_trainers.cpu_common import (
-        build_tiny_model,
-        chat_template_for,
-        load_model,
-        set_threads,
-        tokenizer_family,
-    )
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import build_tiny_model, set_threads
     from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
 
     set_threads(args.threads or None)
@@ -208,15 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         build_tiny_model(model_dir, data.read_text(encoding="utf-8").splitlines() * 3)
 
-    # -- before training
-    model, tokenizer = load_model(model_dir)
-    family = tokenizer_family(tokenizer)
-    template = chat_template_for(tokenizer, family)
-    kw = {"temperature": args.eval_temperature, "max_new_tokens": args.max_new_tokens}
-    before = evaluate(
-        agent_policy(model, tokenizer, family=family, chat_template=template, **kw), out / "eval_before", args, heldout
-    )
-    del model
+    # -- before training: the starting model as a step-0 checkpoint, evaluated as the trained ones are
+    base = base_checkpoint(model_dir, out / "base", retrieval=args.retrieval, max_new_tokens=args.max_new_tokens)
+    before = evaluate(base, out / "eval_before", args, heldout)
 
     # -- SFT
     t = time.perf_counter()
@@ -226,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             data=[str(data)],
             out=str(out / "sft"),
             steps=args.sft_steps,
+            epochs=args.sft_epochs,
             batch_size=args.sft_batch,
             micro_batch=min(args.micro_batch, args.sft_batch),
             lr=args.sft_lr,
@@ -238,16 +258,18 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     timings["sft_s"] = time.perf_counter() - t
-    after_sft = evaluate(checkpoint_policy(sft_ckpt, **kw)[0], out / f"eval_sft_{sft_ckpt.name}", args, heldout)
+    after_sft = evaluate(sft_ckpt, out / f"eval_sft_{sft_ckpt.name}", args, heldout)
 
     # -- GRPO on the synthesized single-request tasks (the held-out tasks are single requests too), from SFT
     synthesized = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
     pool = [t["id"] for t in synthesized if len(t["scenario"]["requests"]) == 1]
+    # one GRPO folder per SFT checkpoint: a rerun with more SFT steps must not resume a GRPO run from the old one
+    grpo_dir = out / f"grpo_from_{sft_ckpt.name}"
     t = time.perf_counter()
     grpo_ckpt = grpo.train(
         grpo.GRPOConfig(
             model=str(sft_ckpt),
-            out=str(out / "grpo"),
+            out=str(grpo_dir),
             tasks=str(synth / "tasks.jsonl"),
             task_ids=pool,
             retrieval=args.retrieval,
@@ -266,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     timings["grpo_s"] = time.perf_counter() - t
-    after_grpo = evaluate(checkpoint_policy(grpo_ckpt, **kw)[0], out / f"eval_grpo_{grpo_ckpt.name}", args, heldout)
-    grpo_rows = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    after_grpo = evaluate(grpo_ckpt, grpo_dir.with_name(f"eval_{grpo_dir.name}_{grpo_ckpt.name}"), args, heldout)
+    grpo_rows = [json.loads(x) for x in (grpo_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     sft_rows = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
     rows = [("before", before), ("after SFT", after_sft), ("after GRPO", after_grpo)]
@@ -301,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "prefix_grad": args.prefix_grad,
         "threads": __import__("torch").get_num_threads(),
         "cpus": os.cpu_count(),
-        "plots": [str(out / "sft" / "metrics.svg"), str(out / "grpo" / "metrics.svg")],
+        "plots": [str(out / "sft" / "metrics.svg"), str(grpo_dir / "metrics.svg")],
     }
     print(json.dumps(result, default=str))
     if tmp is not None:

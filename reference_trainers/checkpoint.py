@@ -5,9 +5,10 @@ A checkpoint folder (``RUN/checkpoints/step-000010``) holds:
 - the model with any LoRA factors merged in (``config.json``, ``model.safetensors``): any
   transformers or vLLM loader reads it as is;
 - the tokenizer, whose chat template is the one the trainer rendered with (``chat_template.jinja``);
-- ``tau_env_trainer.json``: the trainer (``sft``/``grpo``), its config, the step, the tokenizer
-  family and how the agent was played (environment id, retrieval configuration, step budget,
-  sampling): what ``tau-env eval --agent-checkpoint DIR`` reads;
+- ``tau_env_trainer.json``: the trainer (``sft``/``grpo``, or ``base`` for a starting model,
+  :func:`base_checkpoint`), its config, the step, the tokenizer family and how the agent was
+  played (environment id, retrieval configuration, step budget, sampling): what
+  ``tau-env eval --agent-checkpoint DIR`` reads;
 - ``trainer_state.pt``: the optimizer, the LoRA factors and the random state, to resume.
 
 ``RUN/latest`` names the newest complete checkpoint; a folder is written under a temporary name and
@@ -86,7 +87,7 @@ def save_checkpoint(
         step: Optimizer steps done.
         model, tokenizer: What is trained (LoRA layers are merged into the saved weights).
         chat_template: The template the trainer rendered with (saved as the tokenizer's).
-        trainer: ``"sft"`` or ``"grpo"``.
+        trainer: ``"sft"`` or ``"grpo"`` (``"base"``: an untrained starting model).
         config: The trainer's config (JSON-ready).
         family: The tokenizer family (how tool calls are printed and parsed).
         agent: How the agent seat was played: ``domain``, ``retrieval``, ``max_steps``,
@@ -135,6 +136,42 @@ def save_checkpoint(
     for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def base_checkpoint(
+    model_dir: str | Path,
+    run_dir: str | Path,
+    *,
+    family: str = "",
+    domain: str = "harbor-bank-v0",
+    retrieval: str | None = None,
+    max_new_tokens: int = 256,
+) -> Path:
+    """A model folder as a step-0 checkpoint (trainer ``"base"``), the trainers' chat template in it.
+
+    So the starting point of a run is evaluated exactly as its trained checkpoints are
+    (``tau-env eval --agent-checkpoint RUN/checkpoints/step-000000``): the same template, tool
+    rendering and sampling. Reuses an existing one.
+    """
+    found = latest_checkpoint(run_dir)
+    if found is not None and read_info(found).get("trainer") == "base":
+        return found
+    from tau_env.reference_trainers.cpu_common import chat_template_for, tokenizer_family
+
+    model, tokenizer = load_model(model_dir)
+    family = family or tokenizer_family(tokenizer)
+    agent = {"domain": domain, "retrieval": retrieval, "temperature": 0.0, "max_new_tokens": max_new_tokens}
+    return save_checkpoint(
+        run_dir,
+        0,
+        model=model,
+        tokenizer=tokenizer,
+        chat_template=chat_template_for(tokenizer, family),
+        trainer="base",
+        config={"model": str(model_dir)},
+        family=family,
+        agent=agent,
+    )
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
