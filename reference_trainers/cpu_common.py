@@ -151,6 +151,49 @@ def lora_state(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items() if ".lora_" in k}
 
 
+def save_peft_adapter(model: nn.Module, path: str | Path, *, base_model: str = "") -> Path:
+    """The model's LoRA factors as a PEFT LoRA adapter folder (``adapter_config.json`` and
+    ``adapter_model.safetensors``), which vLLM loads at run time (``/v1/load_lora_adapter``) and
+    ``peft.PeftModel.from_pretrained`` reads: ``W' = W + (alpha / r) B A`` on each wrapped layer.
+
+    Args:
+        model: A model wrapped by :func:`add_lora` (every layer with the same rank and alpha).
+        path: The folder to write (created; its two files replaced).
+        base_model: Recorded as ``base_model_name_or_path``.
+    """
+    from safetensors.torch import save_file
+
+    wrapped = lora_modules(model)
+    if not wrapped:
+        raise InvalidOptionError("The model has no LoRA layers to save as an adapter (add_lora first).")
+    ranks = {(m.rank, float(m.alpha)) for m in wrapped.values()}
+    if len(ranks) != 1:
+        raise InvalidOptionError(f"LoRA layers of different ranks or alphas: {sorted(ranks)}")
+    ((rank, alpha),) = ranks
+    tensors = {}
+    for name, m in wrapped.items():
+        tensors[f"base_model.model.{name}.lora_A.weight"] = m.lora_A.detach().contiguous().clone()
+        tensors[f"base_model.model.{name}.lora_B.weight"] = m.lora_B.detach().contiguous().clone()
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": alpha,
+        "target_modules": sorted({n.rsplit(".", 1)[-1] for n in wrapped}),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "inference_mode": True,
+        "base_model_name_or_path": base_model,
+    }
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    return out
+
+
 # -------------------------------------------------------------------------------------- SFT data
 
 

@@ -6,9 +6,12 @@ Each step:
 
 1. samples ``--tasks-per-step`` tasks and plays ``--group-size`` episodes of each through the tau_env
    harness (:func:`tau_env.aevaluate`): the policy in the agent seat in process
-   (:class:`~tau_env.reference_trainers.rollout_policy.LocalTokenPolicy`, recording the exact
-   sampled tokens and their log-probabilities, pi_rollout), the scripted user in the other seat,
-   the reward from the grader (exact match of the final database);
+   (:class:`~tau_env.reference_trainers.rollout_policy.LocalTokenPolicy`) or on a vLLM server
+   (``--rollout-server``: :class:`~tau_env.reference_trainers.rollout_policy.ServerTokenPolicy`,
+   ``--concurrency`` episodes at a time, the trained LoRA loaded into the server after every step
+   by :class:`AdapterSync`), either way recording the exact sampled tokens and their
+   log-probabilities (pi_rollout), the scripted user in the other seat, the reward from the
+   grader (exact match of the final database);
 2. for every group, runs the current model over each trajectory's exact token ids: pi_old (no
    gradient; with one update per batch it equals pi_theta, so it is the detached pi_theta) and
    pi_theta, and takes :func:`~tau_env.reference_trainers.objectives.grpo_loss` (leave-one-out
@@ -27,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +58,7 @@ from tau_env.reference_trainers.cpu_common import (
     parse_config,
     prefix_shared_logits,
     progress_bar,
+    save_peft_adapter,
     set_threads,
     split_point,
     svg_plot,
@@ -60,10 +66,10 @@ from tau_env.reference_trainers.cpu_common import (
 )
 from tau_env.reference_trainers.objectives import grpo_loss, token_logprobs
 from tau_env.reference_trainers.rollout import TokenTrajectory
-from tau_env.reference_trainers.rollout_policy import LocalTokenPolicy
+from tau_env.reference_trainers.rollout_policy import LocalTokenPolicy, ServerTokenPolicy, TokenPolicy
 
 import tau_env
-from tau_env.error import InvalidOptionError
+from tau_env.error import InfrastructureError, InvalidOptionError
 from tau_env.llm.local import ReusedPrefixModel
 
 log = logging.getLogger(__name__)
@@ -96,6 +102,16 @@ class GRPOConfig:
         True, "backpropagate through the shared prompt prefix (exact); off: cheaper, the prefix's encoding untrained"
     )
     skip_zero_signal: bool = opt(True, "skip the forward pass of groups whose rewards are all equal (zero gradient)")
+    rollout_server: str = opt(
+        "",
+        "API root of a vLLM server (e.g. http://127.0.0.1:8000/v1) serving --model with LoRA enabled, for the "
+        "rollouts; empty: rollouts in process. The trained LoRA goes to it after every step",
+    )
+    rollout_model: str = opt("", "the name the rollout server serves --model under (empty: its first model)")
+    concurrency: int = opt(8, "episodes in flight with a rollout server (in process: one at a time)")
+    rollout_seed: bool = opt(
+        True, "send each turn's seed to the rollout server (off for vLLM's CPU build, which crashes on seeded sampling)"
+    )
     family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: the checkpoint's, or from the tokenizer)")
     save_every: int = opt(5, "save a checkpoint every N steps (and at the end)")
     seed: int = opt(0, "seed of task sampling, rollouts and LoRA initialisation")
@@ -125,7 +141,7 @@ def task_pool(cfg: GRPOConfig) -> list[str]:
         env.close()
 
 
-async def rollouts(policy: LocalTokenPolicy, cfg: GRPOConfig, task_ids: list[str], seed: int) -> list[TokenTrajectory]:
+async def rollouts(policy: TokenPolicy, cfg: GRPOConfig, task_ids: list[str], seed: int) -> list[TokenTrajectory]:
     """``group_size`` episodes of each task through the harness, as token trajectories with rewards."""
     run = await tau_env.aevaluate(
         cfg.domain,
@@ -134,10 +150,77 @@ async def rollouts(policy: LocalTokenPolicy, cfg: GRPOConfig, task_ids: list[str
         task_ids=task_ids,
         trials=cfg.group_size,
         seed=seed,
-        concurrency=1,  # generation is one at a time on a CPU anyway; one episode at a time keeps runs reproducible
+        # in process, generation is one at a time anyway, and one episode at a time keeps runs reproducible
+        concurrency=cfg.concurrency if isinstance(policy, ServerTokenPolicy) else 1,
         **make_kwargs(cfg),
     )
     return policy.trajectories(run.results)
+
+
+class AdapterSync:
+    """Keeps a vLLM rollout server on the trainer's weights: after each optimizer step the LoRA
+    factors are written as a PEFT adapter (``OUT/adapters/step-N``) and loaded into the server
+    under a new name (``POST /v1/load_lora_adapter``; the previous one is unloaded), which the next
+    rollouts request. The server must be started with ``--enable-lora --max-lora-rank R`` and
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; it serves the starting model, whose weights the
+    trainer's frozen base holds.
+
+    Args:
+        base_url: The server's API root (``http://HOST:PORT/v1``).
+        out: The run folder (adapters are written under ``out/adapters``, the last two kept).
+        api_key: Sent as a bearer token when given (``OPENAI_API_KEY``).
+        timeout: Seconds per request.
+    """
+
+    def __init__(self, base_url: str, out: Path, *, api_key: str | None = None, timeout: float = 300.0):
+        self.base_url, self.out, self.api_key, self.timeout = base_url.rstrip("/"), out, api_key, timeout
+        self.current: str | None = None
+
+    def _request(self, path: str, body: dict[str, Any] | None = None) -> bytes:
+        import urllib.error
+        import urllib.request
+
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as reply:
+                return reply.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read()[:300].decode(errors="replace")
+            hint = ""
+            if path.endswith("lora_adapter"):
+                hint = (
+                    " (start vLLM with --enable-lora --max-lora-rank >= the LoRA rank and "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
+                )
+            raise InfrastructureError(f"{self.base_url}{path}: HTTP {e.code}: {detail}{hint}") from e
+        except (urllib.error.URLError, OSError) as e:
+            raise InfrastructureError(f"{self.base_url}{path}: {e}") from e
+
+    def served_model(self) -> str:
+        """The first model the server lists (``GET /v1/models``)."""
+        try:
+            return str(json.loads(self._request("/models"))["data"][0]["id"])
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise InfrastructureError(f"{self.base_url}/models lists no model ({e})") from e
+
+    def push(self, model: Any, step: int) -> str:
+        """Write the LoRA of ``step`` and load it into the server; returns the name to request."""
+        name = f"tau-grpo-step-{step}"
+        path = save_peft_adapter(model, self.out / "adapters" / f"step-{step:06d}").resolve()
+        self._request("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        previous, self.current = self.current, name
+        if previous is not None and previous != name:
+            try:
+                self._request("/unload_lora_adapter", {"lora_name": previous})
+            except InfrastructureError as e:  # the new one is loaded: a leftover costs the server memory only
+                log.warning("could not unload %s: %s", previous, e)
+        for old in sorted((self.out / "adapters").glob("step-*"))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+        return name
 
 
 def group_logprobs(
@@ -234,16 +317,29 @@ def train(cfg: GRPOConfig) -> Path:
         "temperature": 0.0,
         "max_new_tokens": cfg.max_new_tokens,
     }
-    generator = ReusedPrefixModel(model)  # rollouts reuse the shared prompt's keys and values
-    policy = LocalTokenPolicy(
-        generator,
-        tokenizer,
-        family=family,
-        chat_template=template,
-        temperature=cfg.temperature,
-        max_new_tokens=cfg.max_new_tokens,
-        max_context=cfg.max_context,
-    )
+    settings = {
+        "family": family,
+        "chat_template": template,
+        "temperature": cfg.temperature,
+        "max_new_tokens": cfg.max_new_tokens,
+        "max_context": cfg.max_context,
+    }
+    generator = sync = None
+    if cfg.rollout_server:
+        if lora is None:
+            raise InvalidOptionError(
+                "--rollout-server sends the trained weights to the server as a LoRA adapter: use --lora-rank > 0."
+            )
+        sync = AdapterSync(cfg.rollout_server, out, api_key=os.environ.get("OPENAI_API_KEY") or None)
+        served = cfg.rollout_model or sync.served_model()
+        policy: TokenPolicy = ServerTokenPolicy(
+            cfg.rollout_server, served, tokenizer, send_seed=cfg.rollout_seed, **settings
+        )
+        if start:  # a resumed run's LoRA is not the starting model's
+            policy.model = sync.push(model, start)
+    else:
+        generator = ReusedPrefixModel(model)  # rollouts reuse the shared prompt's keys and values
+        policy = LocalTokenPolicy(generator, tokenizer, **settings)
 
     def save(step: int) -> Path:
         return save_checkpoint(
@@ -290,7 +386,10 @@ def train(cfg: GRPOConfig) -> Path:
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         if trained:
             optimizer.step()
-            generator.clear()  # the weights changed: cached keys and values are stale
+            if sync is not None:  # the server rolls out with the new weights from now on
+                policy.model = sync.push(model, step + 1)
+            else:
+                generator.clear()  # the weights changed: cached keys and values are stale
         t2 = time.perf_counter()
         row = metrics.log(
             step + 1,

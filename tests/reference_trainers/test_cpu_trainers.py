@@ -454,3 +454,27 @@ def test_command_line_help_and_flags(trainer, capsys):
     assert parse_config(cls, ["--no-prefix-grad"], "").prefix_grad is False
     if trainer is sft:
         assert parse_config(cls, ["--data", "a.jsonl", "b"], "").data == ["a.jsonl", "b"]
+
+
+def test_a_starting_model_becomes_a_step_0_checkpoint_evaluated_like_the_others(tiny_dir, tmp_path):
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import chat_template_for, tokenizer_family
+
+    from tau_env.cli import main
+
+    path = base_checkpoint(tiny_dir, tmp_path / "base", retrieval="none", max_new_tokens=4)
+    info = read_info(path)
+    assert path.name == "step-000000" and info["trainer"] == "base" and info["step"] == 0
+    assert info["agent"]["retrieval"] == "none" and info["agent"]["max_new_tokens"] == 4
+    assert base_checkpoint(tiny_dir, tmp_path / "base") == path  # reused
+    model, tok = _tok_model(tiny_dir)
+    ckpt = load_checkpoint(path)
+    assert ckpt.chat_template == chat_template_for(tok, tokenizer_family(tok))
+    ids = torch.tensor([tok.encode("<|im_start|>user\nhello<|im_end|>")])
+    with torch.no_grad():
+        torch.testing.assert_close(ckpt.model(ids).logits, model(ids).logits)
+    out = tmp_path / "eval"
+    args = ["eval", "--agent-checkpoint", str(path), "--task", "found_card_unlock", "--max-steps", "3"]
+    assert main([*args, "--quiet", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["agent_checkpoint"]["trainer"] == "base" and config["agent_checkpoint"]["step"] == 0

@@ -511,3 +511,10 @@ def test_server_failure_is_an_infrastructure_error(qwen_tok):
             _episode(policy)
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("send_seed", [True, False])
+def test_server_policy_sends_the_seed_unless_told_not_to(qwen_tok, send_seed):
+    policy = ServerTokenPolicy("http://127.0.0.1:9/v1", "tiny", qwen_tok, family="qwen", send_seed=send_seed)
+    body = policy.request_body([1, 2, 3], 8, seed=1234)
+    assert ("seed" in body) is send_seed and body.get("seed", 1234) == 1234
