@@ -4,21 +4,24 @@
 2. Training tasks: a synthesis run (``tau_env.synthesis.pipeline.run_tasks``), decontaminated
    against every shipped Harbor Bank task (``run_decontaminate``).
 3. SFT data: teacher trajectories (:class:`tau_env.TeacherAgent`: the reference actions, after
-   asking the customer for every fact they use) on the synthesized tasks with the scripted user,
+   asking the customer for every fact they use, and after looking up, right after the request, the
+   names of the tools it will need) on the synthesized single-request tasks with the scripted user,
    exported as ``tau-env export-sft`` does (successful episodes, agent turns after the greeting
-   trained). Not the oracle's: it reads the customer's identity from the task, and a model trained
-   on it learns to invent a customer (the first run here did).
-4. pass@1 on the held-out tasks (trials, standard error over episodes) before training, after SFT
-   (``reference_trainers.sft``) and after GRPO (``reference_trainers.grpo`` on the synthesized
-   single-request tasks, real rollouts and rewards), each checkpoint played as ``tau-env eval --agent-checkpoint``
-   plays it.
+   trained). Not the oracle's: it reads the customer's identity and the tool names from the task,
+   and a model trained on it learns to invent them (runs 1 and 3 here did).
+4. pass@1 on the held-out tasks (trials, standard error over episodes) of the starting model (a
+   step-0 checkpoint), after SFT (``reference_trainers.sft``) and after GRPO
+   (``reference_trainers.grpo`` on the synthesized single-request tasks, real rollouts and
+   rewards), each checkpoint played by ``tau-env eval --agent-checkpoint`` (in process, no server),
+   in ``--workers`` one-thread processes over task shards.
 
 CPU choices: the ``grep`` retrieval configuration (one knowledge tool, ``grep_documents``, whose
-matching lines are short: the policy prompt and 19 tool schemas, a 2.4k-token shared prefix with SmolLM2's
-tokenizer; the teacher greps the words of each specialised tool's name before unlocking it, so the
-name is in the context; with ``none`` it is nowhere and a model must memorise it), LoRA (rank
-16, attention and MLP), the shared prompt prefix run once per micro-batch in training and reused
-across turns and episodes in generation, short turns (``--max-new-tokens``) and a small step budget per episode.
+matching lines are short: the policy prompt and 19 tool schemas, a 2.4k-token shared prefix with
+SmolLM2's tokenizer; with ``none`` the tool names are nowhere in the conversation and a model must
+memorise them), LoRA (rank 16, attention and MLP), the shared prompt prefix run once per training
+step (``--no-prefix-grad``) or micro-batch and reused across turns and episodes in generation, the
+output layer only where a trained token is predicted, short turns (``--max-new-tokens``) and a
+small step budget per episode.
 
     python benchmarks/recipe_cpu.py [--model ~/.cache/tau_env_e2e/smollm2] [--out runs/recipe_cpu] [--quick]
 

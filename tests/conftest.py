@@ -223,3 +223,22 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("needs_shared"):
         require_shared(*mark.args)
+
+
+@pytest.fixture
+def mixed_group_rewards(monkeypatch):
+    """The CPU GRPO trainer's rollouts with rewards 1, 0, 1, 0... in each step: a small untrained
+    model scores 0 everywhere, and a group of equal rewards makes no update; for tests of what an
+    update does (weight sync, checkpoints), not of rewards.
+    """
+    from tau_env.reference_trainers import grpo
+
+    real = grpo.rollouts
+
+    async def rollouts(policy, cfg, task_ids, seed):
+        trajs = await real(policy, cfg, task_ids, seed)
+        for i, t in enumerate(trajs):
+            t.reward = float(i % 2 == 0)
+        return trajs
+
+    monkeypatch.setattr(grpo, "rollouts", rollouts)

@@ -33,19 +33,10 @@ def _prompt_logprobs(url: str, model: str, ids: list[int]) -> list[float]:
     return out
 
 
-def test_grpo_rolls_out_on_vllm_and_loads_the_trained_lora(tmp_path, monkeypatch):
+def test_grpo_rolls_out_on_vllm_and_loads_the_trained_lora(tmp_path, mixed_group_rewards):
     from tau_env.reference_trainers import grpo
     from tau_env.reference_trainers.checkpoint import load_checkpoint
 
-    real = grpo.rollouts
-
-    async def mixed(policy, cfg, task_ids, seed):
-        trajs = await real(policy, cfg, task_ids, seed)
-        for i, t in enumerate(trajs):
-            t.reward = float(i % 2 == 0)
-        return trajs
-
-    monkeypatch.setattr(grpo, "rollouts", mixed)
     args = ["--served-model-name", "smollm2", "--dtype", "float32", "--enable-lora", "--max-lora-rank", "8"]
     args += ["--max-model-len", "4096"]
     with vllm(args, log_name="vllm-lora.log", env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}) as url:

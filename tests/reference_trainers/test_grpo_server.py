@@ -155,20 +155,6 @@ class MiniVLLM:
         self.httpd.server_close()
 
 
-@pytest.fixture
-def mixed_rewards(monkeypatch):
-    """Rewards 1, 0, 1, 0... within each group (a random tiny model scores 0 everywhere): a real update."""
-    real = grpo.rollouts
-
-    async def rollouts(policy, cfg, task_ids, seed):
-        trajs = await real(policy, cfg, task_ids, seed)
-        for i, t in enumerate(trajs):
-            t.reward = float(i % 2 == 0)
-        return trajs
-
-    monkeypatch.setattr(grpo, "rollouts", rollouts)
-
-
 def test_peft_adapter_reproduces_the_trained_model(tiny_dir, tmp_path):
     model, tok = _tok_model(tiny_dir)
     base = copy.deepcopy(model)
@@ -196,7 +182,7 @@ def test_peft_adapter_reproduces_the_trained_model(tiny_dir, tmp_path):
         save_peft_adapter(plain, tmp_path / "none")
 
 
-def test_grpo_rolls_out_on_the_server_and_keeps_it_on_the_trained_weights(tiny_dir, tmp_path, mixed_rewards):
+def test_grpo_rolls_out_on_the_server_and_keeps_it_on_the_trained_weights(tiny_dir, tmp_path, mixed_group_rewards):
     base, _ = _tok_model(tiny_dir)
     server = MiniVLLM(base)
     out = tmp_path / "grpo"
@@ -240,7 +226,7 @@ def test_grpo_rolls_out_on_the_server_and_keeps_it_on_the_trained_weights(tiny_d
         server.close()
 
 
-def test_server_rollouts_need_lora_and_a_server_that_loads_adapters(tiny_dir, tmp_path, mixed_rewards):
+def test_server_rollouts_need_lora_and_a_server_that_loads_adapters(tiny_dir, tmp_path, mixed_group_rewards):
     base, _ = _tok_model(tiny_dir)
     kw = dict(
         model=str(tiny_dir), task_ids=[TASK], steps=1, tasks_per_step=1, group_size=2, max_steps=4,
