@@ -199,7 +199,7 @@ def load_checkpoint(path: str | Path, *, for_training: bool = False) -> Checkpoi
         state = torch.load(path / STATE_FILE, weights_only=False)
         lora = info.get("lora")
         if lora:
-            add_lora(model, int(lora["rank"]), float(lora["alpha"]), tuple(lora["targets"]))
+            add_lora(model, int(lora["rank"]), float(lora["alpha"]), tuple(lora["targets"]), int(lora.get("layers", 0)))
             unmerge_into(model, state["lora"])
     return Checkpoint(path, model, tokenizer, info, state)
 

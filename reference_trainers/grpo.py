@@ -94,6 +94,7 @@ class GRPOConfig:
     grad_clip: float = opt(1.0, "gradient-norm clip (0: off)")
     lora_rank: int = opt(16, "LoRA rank on attention and MLP projections (0: full fine-tuning)")
     lora_alpha: float = opt(32.0, "LoRA alpha (the update is scaled by alpha / rank)")
+    lora_layers: int = opt(0, "LoRA on the last N decoder blocks only (0: all); the backward pass stops below them")
     clip_eps: float = opt(0.2, "PPO clip range epsilon")
     is_cap: float = opt(2.0, "truncation C of the importance weight pi_old / pi_rollout")
     mask_delta: float = opt(0.1, "rollout mask: keep a rollout iff its geometric-mean weight is in [1-d, 1+d]")
@@ -297,8 +298,13 @@ def train(cfg: GRPOConfig) -> Path:
             template = chat_template_for(tokenizer, family)
         lora = None
         if cfg.lora_rank > 0:
-            add_lora(model, cfg.lora_rank, cfg.lora_alpha)
-            lora = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "targets": list(LORA_TARGETS)}
+            add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
+            lora = {
+                "rank": cfg.lora_rank,
+                "alpha": cfg.lora_alpha,
+                "targets": list(LORA_TARGETS),
+                "layers": cfg.lora_layers,
+            }
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     if ckpt is not None:

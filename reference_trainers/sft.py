@@ -48,6 +48,7 @@ from tau_env.reference_trainers.cpu_common import (
     svg_plot,
     tokenize_sft_example,
     tokenizer_family,
+    turn_prefixes,
 )
 from tau_env.reference_trainers.objectives import sft_loss
 
@@ -73,8 +74,12 @@ class SFTConfig:
     weight_decay: float = opt(0.0, "AdamW weight decay")
     grad_clip: float = opt(1.0, "gradient-norm clip (0: off)")
     max_len: int = opt(4096, "examples longer than this many tokens are left out")
+    turn_prefixes: int = opt(
+        0, "also train on copies of each example cut after its first N trained turns (cheap, short: opening decisions)"
+    )
     lora_rank: int = opt(16, "LoRA rank on attention and MLP projections (0: full fine-tuning)")
     lora_alpha: float = opt(32.0, "LoRA alpha (the update is scaled by alpha / rank)")
+    lora_layers: int = opt(0, "LoRA on the last N decoder blocks only (0: all); the backward pass stops below them")
     family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: from the tokenizer)")
     domain: str = opt("harbor-bank-v0", "environment the data comes from (recorded for tau-env eval)")
     retrieval: str = opt("", "its retrieval configuration, e.g. none or bm25 (empty: the env's default)")
@@ -154,7 +159,7 @@ def train(cfg: SFTConfig) -> Path:
         family = cfg.family or tokenizer_family(tokenizer)
         template = chat_template_for(tokenizer, family)
         if cfg.lora_rank > 0:
-            add_lora(model, cfg.lora_rank, cfg.lora_alpha)
+            add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
         start, ckpt = 0, None
     if not cfg.data:
         raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
@@ -165,6 +170,10 @@ def train(cfg: SFTConfig) -> Path:
         log.warning(
             "left out %d of %d examples longer than %d tokens", len(samples) - len(kept), len(samples), cfg.max_len
         )
+    if cfg.turn_prefixes > 0:
+        cut = [c for s in samples for c in turn_prefixes(s, cfg.turn_prefixes) if len(c.input_ids) <= cfg.max_len]
+        log.info("added %d copies cut after the first %d trained turns", len(cut), cfg.turn_prefixes)
+        kept += cut
     if not kept:
         raise InvalidOptionError(f"No SFT example fits --max-len {cfg.max_len}; raise it.")
     total = cfg.steps or max(1, math.ceil(cfg.epochs * len(kept) / cfg.batch_size))
@@ -175,7 +184,16 @@ def train(cfg: SFTConfig) -> Path:
             optimizer.load_state_dict(ckpt.state["optimizer"])
         restore_rng(ckpt.state)
     metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
-    lora = {"rank": cfg.lora_rank, "alpha": cfg.lora_alpha, "targets": list(LORA_TARGETS)} if cfg.lora_rank else None
+    lora = (
+        {
+            "rank": cfg.lora_rank,
+            "alpha": cfg.lora_alpha,
+            "targets": list(LORA_TARGETS),
+            "layers": cfg.lora_layers,
+        }
+        if cfg.lora_rank
+        else None
+    )
     if ckpt is not None:
         lora = ckpt.info.get("lora")
     agent = {

@@ -37,11 +37,15 @@ class OracleAgent(Policy):
         self._i = 0
         self._asked = False
         self._n = 0
+        self._done_early: set[int] = set()  # indices of actions already performed out of order
 
     def __call__(self, obs: Observation) -> Message:
         self._n += 1
         while self._i < len(self._actions):
             a = self._actions[self._i]
+            if self._i in self._done_early:
+                self._i += 1
+                continue
             if a.requestor == "agent":
                 self._i += 1
                 return assistant_message(None, [tool_call(a.name, a.arguments, id=f"oracle_{self._n}")])
@@ -110,11 +114,12 @@ class TeacherAgent(OracleAgent):
     When it looks them up is ``lookup``:
 
     - ``"early"`` (the default): at its first turns, right after the customer's opening request,
-      before it asks for anything, it looks up every name its actions will use. The choice of
-      procedure is then made where the request is the latest message, and the later calls copy a
-      name the conversation already shows: what a small model imitating it can learn (decided
-      eight turns later, after the identity check, a 135M model learnt the names' distribution,
-      not which request needs which).
+      before it asks for anything, it looks up every name its actions will use, and unlocks each
+      specialised tool right after its lookup ("find the name, call unlock_tool with it"; an
+      unlock changes no data, so the final database is the oracle's). The choice of procedure is
+      then made where the request is the latest message, and the unlock copies the name just
+      found: what a small model imitating it can learn (decided eight turns later, after the
+      identity check, a 135M model learnt the names' distribution, not which request needs which).
     - ``"before_use"``: just before the first action that names the tool.
 
     With several requests it looks up every name at the start too, as the oracle's order already
@@ -152,7 +157,22 @@ class TeacherAgent(OracleAgent):
         asked for, the user's reply completes that one), or None when none is left.
         """
         i = self._i + (1 if self._asked else 0)
+        while i in self._done_early:
+            i += 1
         return self._actions[i] if i < len(self._actions) else None
+
+    def _early_unlock(self, obs: Observation) -> int | None:
+        """Index of a reference ``unlock_tool`` call whose name a tool result already shows and that
+        the early phase performs now (right after its lookup), or None.
+        """
+        seen = "\n".join(str(m.get("content") or "") for m in obs.get("messages") or [] if m.get("role") == "tool")
+        for i, a in enumerate(self._actions):
+            if i in self._done_early or i < self._i or a.requestor != "agent" or a.name != "unlock_tool":
+                continue
+            name = a.arguments.get("tool_name")
+            if isinstance(name, str) and name in self._looked_up and _shown(name, seen):
+                return i
+        return None
 
     def _to_look_up(self, obs: Observation) -> tuple[str, str] | None:
         """(knowledge tool, tool name) for the first tool name to look up now, if any: the next
@@ -162,7 +182,7 @@ class TeacherAgent(OracleAgent):
         action = self._next()
         if action is None:
             return None
-        if self.lookup == "early" and self._i == 0 and not self._asked and not self._requested:
+        if self._early():
             pending = self._actions
         else:
             pending = [action]
@@ -199,7 +219,18 @@ class TeacherAgent(OracleAgent):
                 keys.append(k)
         return keys
 
+    def _early(self) -> bool:
+        """Still in the early phase: nothing done yet but lookups and the unlocks they allow."""
+        return self.lookup == "early" and self._i == 0 and not self._asked and not self._requested
+
     def __call__(self, obs: Observation) -> Message:
+        if self._early():
+            i = self._early_unlock(obs)
+            if i is not None:  # unlock the name just found, as the documents say: find it, unlock it
+                self._n += 1
+                self._done_early.add(i)
+                a = self._actions[i]
+                return assistant_message(None, [tool_call(a.name, a.arguments, id=f"teacher_{self._n}")])
         found = self._to_look_up(obs) if self.lookup == "early" else None
         keys = [] if found is not None else self._to_ask(obs)
         if keys:

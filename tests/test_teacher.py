@@ -170,34 +170,41 @@ def test_the_lookup_uses_the_words_of_the_name_not_its_number(lookup):
     ]
     i = calls.index(("grep_documents", {"pattern": "set_travel_notice"}))
     j = calls.index(("unlock_tool", {"tool_name": "set_travel_notice_3012"}))
-    # before_use: right before the unlock; early: the first thing done, before the identity check
-    assert (i, j) == ((0, 3) if lookup == "early" else (j - 1, 3))
+    # before_use: right before the unlock, after the identity check; early: the first thing done,
+    # the unlock right after it, both before the identity check
+    assert (i, j) == ((0, 1) if lookup == "early" else (2, 3))
     if lookup == "early":
         agent_turns = [m for m in msgs if m["role"] == "assistant"][1:]  # after the greeting
-        assert agent_turns[0]["tool_calls"][0]["function"]["name"] == "grep_documents"
-        assert "could you tell me" in agent_turns[1]["content"]
+        assert [t["tool_calls"][0]["function"]["name"] for t in agent_turns[:2]] == ["grep_documents", "unlock_tool"]
+        assert "could you tell me" in agent_turns[2]["content"]
     results = [m["content"] for m in msgs if m["role"] == "tool"]
     assert any("set_travel_notice_3012" in c for c in results)
     assert r.reward == 1.0
 
 
-def test_early_lookups_come_first_and_once_per_name(shipped):
-    """Every shipped task: the lookups are the agent's first actions after the request, then none."""
+def test_early_lookups_and_their_unlocks_come_first_and_once_per_name(shipped):
+    """Every shipped task: the agent's first actions after the request are the lookups, each
+    specialised tool unlocked right after the lookup that showed its name; none later."""
     teacher = tau_env.evaluate(ENV, TeacherAgent, ScriptedUser, retrieval="grep", max_steps=60).results
-    looked = 0
+    looked = unlocked = 0
     for r in teacher:
-        turns = [m for m in r.to_dict()["agent_view"]["messages"] if m["role"] == "assistant"][1:]
-        kinds = [
-            "lookup" if any(c["function"]["name"] == "grep_documents" for c in m.get("tool_calls") or []) else "other"
-            for m in turns
-        ]
-        n = kinds.index("other") if "other" in kinds else len(kinds)
-        assert "lookup" not in kinds[n:], r.task_id
-        looked += n
-        patterns = [json.loads(c["function"]["arguments"])["pattern"] for m in turns[:n] for c in m["tool_calls"]]
+        msgs = r.to_dict()["agent_view"]["messages"]
+        turns = [(k, m) for k, m in enumerate(msgs) if m["role"] == "assistant"][1:]
+        names = [(m.get("tool_calls") or [{"function": {"name": None}}])[0]["function"]["name"] for _, m in turns]
+        n = next((i for i, x in enumerate(names) if x not in ("grep_documents", "unlock_tool")), len(names))
+        assert "grep_documents" not in names[n:], r.task_id
+        for i in range(n):
+            if names[i] == "unlock_tool":  # right after the lookup whose result shows the name
+                k, m = turns[i]
+                tool = json.loads(m["tool_calls"][0]["function"]["arguments"])["tool_name"]
+                assert names[i - 1] == "grep_documents" and tool in msgs[k - 1]["content"], r.task_id
+                unlocked += 1
+        looked += names[:n].count("grep_documents")
+        patterns = [json.loads(m["tool_calls"][0]["function"]["arguments"]).get("pattern") for _, m in turns[:n]]
+        patterns = [p for p in patterns if p]
         assert len(patterns) == len(set(patterns)), r.task_id
         assert r.reward == 1.0, r.task_id
-    assert looked >= 20
+    assert looked >= 20 and unlocked >= 15
 
 
 def test_an_app_tool_the_user_must_use_is_looked_up_before_it_is_named():

@@ -478,3 +478,62 @@ def test_a_starting_model_becomes_a_step_0_checkpoint_evaluated_like_the_others(
     assert main([*args, "--quiet", "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["agent_checkpoint"]["trainer"] == "base" and config["agent_checkpoint"]["step"] == 0
+
+
+def test_lora_on_the_top_blocks_only_leaves_the_blocks_below_out_of_autograd(tiny_dir, examples):
+    from tau_env.reference_trainers.cpu_common import lora_names
+
+    model, tok = _tok_model(tiny_dir)
+    assert {n.split(".")[2] for n in lora_names(model, layers=1)} == {"1"}
+    assert len(lora_names(model, layers=0)) == 2 * len(lora_names(model, layers=1))
+    add_lora(model, 4, 8.0, layers=1)
+    wrapped = [n for n, m in model.named_modules() if isinstance(m, LoRALinear)]
+    assert wrapped and all(".layers.1." in n for n in wrapped)
+    needs_grad = {}
+    for i, block in enumerate(model.model.layers):
+        block.register_forward_hook(lambda mod, args, out, i=i: needs_grad.__setitem__(i, out[0].requires_grad))
+    sample = tokenize_sft_example(tok, examples[0], tok.chat_template)
+    loss, _ = sft.micro_step(model, [sample], sum(sample.loss_mask))
+    assert needs_grad == {0: False, 1: True} and loss > 0
+    assert all(m.lora_A.grad is not None for m in model.modules() if isinstance(m, LoRALinear))
+    with pytest.raises(InvalidOptionError, match="decoder blocks"):
+        lora_names(torch.nn.Sequential(torch.nn.Linear(2, 2)), targets=("0",), layers=1)
+
+
+def test_turn_prefix_copies_are_exact_cuts_after_each_trained_turn(tiny_dir, examples, sft_file, tmp_path):
+    from tau_env.reference_trainers.cpu_common import turn_prefixes
+
+    _, tok = _tok_model(tiny_dir)
+    sample = tokenize_sft_example(tok, examples[0], tok.chat_template)
+    turns = sum(1 for t in range(1, len(sample.loss_mask)) if sample.loss_mask[t - 1] and not sample.loss_mask[t])
+    cuts = turn_prefixes(sample, 3)
+    assert len(cuts) == min(3, turns) and [len(c.input_ids) for c in cuts] == sorted({len(c.input_ids) for c in cuts})
+    for k, c in enumerate(cuts, 1):
+        assert (
+            c.input_ids == sample.input_ids[: len(c.input_ids)] and c.loss_mask == sample.loss_mask[: len(c.input_ids)]
+        )
+        runs = sum(1 for t in range(len(c.loss_mask)) if c.loss_mask[t] and (t == 0 or not c.loss_mask[t - 1]))
+        # k whole trained turns, the last one through its end-of-turn token, where the full sample's turn ends
+        assert runs == k and c.loss_mask[-1] == 1 and sample.loss_mask[len(c.input_ids)] == 0
+        assert tok.decode(c.input_ids[-1:]) == "<|im_end|>"
+    assert turn_prefixes(sample, 0) == [] and len(turn_prefixes(sample, 10_000)) == turns - 1
+    # SFT trains on them too: one epoch of batch 1 is the examples plus their copies
+    path = sft.train(
+        sft.SFTConfig(
+            model=str(tiny_dir), data=[str(sft_file)], out=str(tmp_path / "sft"), epochs=1.0, batch_size=1,
+            micro_batch=1, lora_rank=4, lora_layers=1, turn_prefixes=2, progress=False,
+        )
+    )  # fmt: skip
+    rows = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == len(examples) * 3 and read_info(path)["lora"]["layers"] == 1
+    resumed = load_checkpoint(path, for_training=True).model
+    assert {n for n, m in resumed.named_modules() if isinstance(m, LoRALinear)} == {
+        n for n in lora_names_of(tiny_dir, 1)
+    }
+
+
+def lora_names_of(tiny_dir, layers):
+    from tau_env.reference_trainers.cpu_common import lora_names
+
+    model, _ = _tok_model(tiny_dir)
+    return lora_names(model, layers=layers)

@@ -155,15 +155,23 @@ class MiniVLLM:
         self.httpd.server_close()
 
 
-def test_peft_adapter_reproduces_the_trained_model(tiny_dir, tmp_path):
+@pytest.mark.parametrize("layers", [0, 1])
+def test_peft_adapter_reproduces_the_trained_model(tiny_dir, tmp_path, layers):
+    """All blocks, or only the top one (the blocks below get zero factors: every layer of a kind is there)."""
     model, tok = _tok_model(tiny_dir)
     base = copy.deepcopy(model)
     torch.manual_seed(0)
-    add_lora(model, 4, 8.0)
+    add_lora(model, 4, 8.0, layers=layers)
     for m in lora_modules(model).values():
         torch.nn.init.normal_(m.lora_B, std=0.05)
     path = save_peft_adapter(model, tmp_path / "adapter", base_model=str(tiny_dir))
     config = json.loads((path / "adapter_config.json").read_text())
+    from safetensors.torch import load_file
+
+    factors = load_file(str(path / "adapter_model.safetensors"))
+    assert len(factors) == 2 * 7 * 2  # A and B of the 7 projections of both blocks
+    zero = [k for k, v in factors.items() if ".lora_B." in k and not v.abs().sum()]
+    assert len(zero) == (7 if layers else 0) and all(".layers.0." in k for k in zero)
     assert config["r"] == 4 and config["lora_alpha"] == 8.0 and "q_proj" in config["target_modules"]
     ids = torch.tensor([tok.encode("<|im_start|>user\nhello there<|im_end|>")])
     readers = [merge_adapter(base, path)]
