@@ -146,7 +146,6 @@ def _hist(values: list[int]) -> dict[int, int]:
     return dict(sorted(Counter(values).items()))
 
 
-
 def _reason(x: Any) -> str:
     """A decontamination reason as text: ``detector`` (``against_id``, score), or the value as given."""
     if isinstance(x, dict) and "detector" in x:
@@ -154,6 +153,7 @@ def _reason(x: Any) -> str:
         extra = f", {score:.2f}" if isinstance(score, int | float) and not isinstance(score, bool) else ""
         return f"{x['detector']} ({x.get('against_id', '?')}{extra})"
     return str(x)
+
 
 def summary(run: RunFolder) -> dict[str, Any]:
     """The report's numbers (see the module docstring); sections without data are None or empty."""
