@@ -14,6 +14,10 @@
    (``reference_trainers.grpo`` on the synthesized single-request tasks, real rollouts and
    rewards), each checkpoint played by ``tau-env eval --agent-checkpoint`` (in process, no server),
    in ``--workers`` one-thread processes over task shards.
+5. With ``--indist N``, the same for N fresh synthesized tasks (a second synthesis run, seed + 1,
+   decontaminated the same way, none sharing a request's text or a customer's name with a training
+   task, one per final tool first): how well the model fits the distribution it was trained on, with
+   new customers, apart from how far that carries to the shipped tasks.
 
 CPU choices: the ``grep`` retrieval configuration (one knowledge tool, ``grep_documents``, whose
 matching lines are short: the policy prompt and 19 tool schemas, a 2.4k-token shared prefix with
@@ -74,9 +78,12 @@ def pass_at_1(rewards: list[float]) -> dict[str, Any]:
     return {"pass@1": mean, "se": math.sqrt(var / n) if n > 1 else None, "episodes": n}
 
 
-def evaluate(checkpoint: Path, out: Path, args: argparse.Namespace, tasks: list[str]) -> dict[str, Any]:
+def evaluate(
+    checkpoint: Path, out: Path, args: argparse.Namespace, tasks: list[str], tasks_file: Path | None = None
+) -> dict[str, Any]:
     """pass@1 of a checkpoint on ``tasks``, played by ``tau-env eval --agent-checkpoint`` (in process, no
-    server), in ``--workers`` processes of one thread each over disjoint task shards.
+    server), in ``--workers`` processes of one thread each over disjoint task shards. ``tasks`` are ids
+    of the domain's shipped tasks, or of ``tasks_file`` (a synthesis run's JSONL) where it is given.
 
     Decoding a 135M model one token at a time is bound by memory traffic, not arithmetic: on this
     2-core machine two single-thread processes generate ~1.7x the tokens per second of one process
@@ -100,6 +107,8 @@ def evaluate(checkpoint: Path, out: Path, args: argparse.Namespace, tasks: list[
         cmd += ["--trials", str(args.trials), "--seed", str(args.seed), "--retrieval", args.retrieval]
         cmd += ["--agent-temperature", f"{args.eval_temperature:g}", "--max-tokens", str(args.max_new_tokens)]
         cmd += ["--max-steps", str(args.max_steps), "--quiet", "--out", str(out / f"shard-{k}")]
+        if tasks_file is not None:
+            cmd += ["--tasks", str(tasks_file)]
         cmd += [x for t in shard for x in ("--task", t)]
         log = (out / f"shard-{k}.log").open("w", encoding="utf-8")
         procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log, cmd))
@@ -125,6 +134,56 @@ def evaluate(checkpoint: Path, out: Path, args: argparse.Namespace, tasks: list[
         "results": str(out),
         "command": "tau-env " + " ".join(procs[0][2][3:]),
     }
+
+
+def pick_indist(training: list[dict[str, Any]], candidates: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Up to ``n`` single-request tasks from ``candidates`` (another synthesis run) that share no request
+    text and no customer name with any task of ``training``: new customers on the training
+    distribution's templates. One task per final tool first (the first in file order), then seconds,
+    so the set spans as many procedures as it can. Ids get an ``indist-`` prefix: a trajectory of this
+    set is never mistaken for one of a training task that has the same synthesized id.
+    """
+
+    def names(task: dict[str, Any]) -> set[str]:
+        return {c.get("full_name", "") for c in (task.get("initial_state") or {}).get("customers", [])} - {""}
+
+    seen_text = {r for t in training for r in t["scenario"]["requests"]}
+    seen_names = set().union(*map(names, training)) if training else set()
+    fresh = [
+        t
+        for t in candidates
+        if len(t["scenario"]["requests"]) == 1
+        and t.get("actions")
+        and t["scenario"]["requests"][0] not in seen_text
+        and not names(t) & seen_names
+    ]
+    rounds: dict[str, list[dict[str, Any]]] = {}
+    for t in fresh:
+        rounds.setdefault(t["actions"][-1]["name"], []).append(t)
+    picked: list[dict[str, Any]] = []
+    depth = 0
+    while len(picked) < n and any(len(v) > depth for v in rounds.values()):
+        picked += [v[depth] for v in rounds.values() if len(v) > depth][: n - len(picked)]
+        depth += 1
+    return [{**t, "id": f"indist-{t['id']}"} for t in picked]
+
+
+def indist_tasks(out: Path, synth: Path, n: int, seed: int) -> tuple[Path, list[str]]:
+    """The in-distribution check's tasks: a second synthesis run (``seed``, decontaminated against the
+    shipped tasks as the training run is), filtered by :func:`pick_indist` against the training tasks."""
+    from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
+
+    path = out / "indist_tasks.jsonl"
+    if not path.is_file():
+        second = out / "indist_synth"
+        if not (second / "decontamination.json").is_file():
+            run_tasks(second, ENV, n=max(150, 4 * n), batch=max(150, 4 * n), seed=seed)
+            run_decontaminate(second, against=ENV)
+        read = lambda f: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]  # noqa: E731
+        picked = pick_indist(read(synth / "tasks.jsonl"), read(second / "tasks.jsonl"), n)
+        path.write_text("".join(json.dumps(t) + "\n" for t in picked), encoding="utf-8")
+    ids = [json.loads(x)["id"] for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return path, ids
 
 
 def sft_data(synth: Path, out: Path, max_steps: int, retrieval: str) -> tuple[Path, dict[str, Any]]:
@@ -169,6 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--heldout", type=int, default=len(HELDOUT), help="how many of the held-out tasks")
     p.add_argument("--trials", type=int, default=4, help="trials per held-out task")
+    p.add_argument(
+        "--indist",
+        type=int,
+        default=0,
+        help="also evaluate every stage on N fresh synthesized tasks (another synthesis seed; no request "
+        "text or customer name shared with the training tasks): fit to the training distribution apart "
+        "from transfer to the shipped tasks (~+1.5x evaluation time at N = 8)",
+    )
     p.add_argument("--eval-temperature", type=float, default=0.3, help="sampling temperature of the evaluations")
     p.add_argument("--synth-n", type=int, default=400, help="synthesized tasks to request")
     p.add_argument("--sft-steps", type=int, default=0, help="SFT optimizer steps (0: --sft-epochs passes)")
@@ -206,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.quick:
-        args.heldout, args.trials, args.synth_n = 1, 1, 6
+        args.heldout, args.trials, args.synth_n, args.indist = 1, 1, 6, 1
         args.sft_steps, args.sft_batch, args.grpo_steps, args.grpo_tasks, args.grpo_group = 1, 2, 1, 1, 2
         args.max_new_tokens, args.max_steps, args.max_len = 4, 4, 100_000
     try:
@@ -251,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     # -- before training: the starting model as a step-0 checkpoint, evaluated as the trained ones are
     base = base_checkpoint(model_dir, out / "base", retrieval=args.retrieval, max_new_tokens=args.max_new_tokens)
     before = evaluate(base, out / "eval_before", args, heldout)
+    indist: dict[str, Any] = {}
+    if args.indist:
+        indist_file, indist_ids = indist_tasks(out, synth, args.indist, args.seed + 1)
+        indist["before"] = evaluate(base, out / "eval_indist_before", args, indist_ids, indist_file)
 
     # -- SFT
     t = time.perf_counter()
@@ -276,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     timings["sft_s"] = time.perf_counter() - t
     after_sft = evaluate(sft_ckpt, out / f"eval_sft_{sft_ckpt.name}", args, heldout)
+    if args.indist:
+        folder = out / f"eval_indist_sft_{sft_ckpt.name}"
+        indist["after_sft"] = evaluate(sft_ckpt, folder, args, indist_ids, indist_file)
 
     # -- GRPO on the synthesized single-request tasks (the held-out tasks are single requests too), from SFT
     synthesized = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
@@ -307,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     timings["grpo_s"] = time.perf_counter() - t
     after_grpo = evaluate(grpo_ckpt, grpo_dir.with_name(f"eval_{grpo_dir.name}_{grpo_ckpt.name}"), args, heldout)
+    if args.indist:
+        folder = grpo_dir.with_name(f"eval_indist_{grpo_dir.name}_{grpo_ckpt.name}")
+        indist["after_grpo"] = evaluate(grpo_ckpt, folder, args, indist_ids, indist_file)
     grpo_rows = [json.loads(x) for x in (grpo_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     sft_rows = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
@@ -316,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in rows:
         se_text = "-" if r["se"] is None else f"{r['se']:.3f}"
         print(f"{name:<12} {r['pass@1']:>7.3f} {se_text:>6} {r['episodes']:>8} {r['seconds']:>7.0f}")
+    if args.indist:
+        print(f"in-distribution synthesized tasks (new customers): {len(indist_ids)} x {args.trials} trials")
+        for name, key in (("before", "before"), ("after SFT", "after_sft"), ("after GRPO", "after_grpo")):
+            r = indist[key]
+            se_text = "-" if r["se"] is None else f"{r['se']:.3f}"
+            print(f"{name:<12} {r['pass@1']:>7.3f} {se_text:>6} {r['episodes']:>8} {r['seconds']:>7.0f}")
     print(f"SFT loss: {sft_rows[0]['loss']:.3f} -> {sft_rows[-1]['loss']:.3f} over {len(sft_rows)} steps")
     print("GRPO reward per step: " + ", ".join(f"{r['reward']:.2f}" for r in grpo_rows))
     rise = after_sft["pass@1"] - before["pass@1"]
@@ -333,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         "after_sft": after_sft,
         "after_grpo": after_grpo,
         "sft_rise": rise,
+        "indist": {"tasks": indist_ids, **indist} if args.indist else None,
         "sft_rise_over_2se": bool(rise > 2 * se) if before["se"] is not None else None,
         "sft_loss": [r["loss"] for r in sft_rows],
         "grpo_reward": [r["reward"] for r in grpo_rows],
