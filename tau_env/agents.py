@@ -76,6 +76,42 @@ def _shown(value: str, text: str) -> bool:
     return re.search(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])", text) is not None
 
 
+_MONTHS = ("january february march april may june july august september october november december").split()
+_MONTH = r"(" + "|".join(m[:3] + rf"(?:{m[3:]})?" if len(m) > 3 else m for m in _MONTHS) + r")\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"(?:,?\s+(\d{4}))?(?!\d)"
+_SPOKEN_DATES = (
+    (re.compile(rf"(?<![0-9A-Za-z]){_MONTH}\s+{_DAY}(?![0-9]){_YEAR}", re.I), 0, 1, 2),  # June 20th, 2025
+    (re.compile(rf"(?<![0-9A-Za-z]){_DAY}\s+(?:of\s+)?{_MONTH}(?![A-Za-z]){_YEAR}", re.I), 1, 0, 2),  # 20 June
+)
+
+
+def _spoken_dates(text: str) -> set[tuple[int, int, int | None]]:
+    """The (month, day, year or None) of each date ``text`` spells out in words (``June 20th``,
+    ``20 June 2025``, ``the 5th of July``, ``Jul. 5``).
+    """
+    found: set[tuple[int, int, int | None]] = set()
+    for rx, mi, di, yi in _SPOKEN_DATES:
+        for m in rx.finditer(text):
+            month = next(i for i, name in enumerate(_MONTHS, 1) if name.startswith(m.group(mi + 1).lower()[:3]))
+            year = m.group(yi + 1)
+            found.add((month, int(m.group(di + 1)), int(year) if year else None))
+    return found
+
+
+def _said(value: str, text: str) -> bool:
+    """``_shown``, or ``value`` an ISO date (``2025-06-20``) that ``text`` says in words, with
+    its year or without one (``June 20th``): a customer's dates are facts they have given.
+    """
+    if _shown(value, text):
+        return True
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", value.strip())
+    if m is None:
+        return False
+    y, mo, d = (int(g) for g in m.groups())
+    return any(mo == month and d == day and year in (None, y) for month, day, year in _spoken_dates(text))
+
+
 def _tool_names(action: Any) -> list[str]:
     """The tool names an action makes the agent say: those it passes (an argument whose key ends
     in ``tool_name``, as ``unlock_tool`` and ``hand_over_tool`` take) and, for a user's action, the
@@ -213,7 +249,7 @@ class TeacherAgent(OracleAgent):
             if v in values or not v.strip():
                 continue
             values.add(v)
-            if k in self._requested or _shown(v, seen):
+            if k in self._requested or _said(v, seen):
                 continue
             if any(u == v or _shown(v, u) for u in used):  # the whole argument, or inside a text (a summary)
                 keys.append(k)

@@ -291,3 +291,49 @@ def test_cli_teacher_episodes_export_as_sft_examples(tmp_path, capsys):
         "agent": "tau_env.agents.TeacherAgent",
         "lookup": "early",
     }
+
+
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October"]
+MONTHS += ["November", "December"]
+
+
+def say_date(d, form, year):
+    """``d`` in words, one of several forms a customer uses (``year`` None: left out)."""
+    suffix = "th" if 10 <= d.day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(d.day % 10, "th")
+    month = MONTHS[d.month - 1]
+    text = {
+        "month_day": f"{month} {d.day}",
+        "month_ordinal": f"{month} {d.day}{suffix}",
+        "abbrev": f"{month[:3]}. {d.day}",
+        "day_month": f"{d.day} {month}",
+        "the_ordinal_of": f"the {d.day}{suffix} of {month}",
+    }[form]
+    if year is None:
+        return text
+    return f"{text}, {year}" if form in ("month_day", "month_ordinal", "abbrev") else f"{text} {year}"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    form=st.sampled_from(["month_day", "month_ordinal", "abbrev", "day_month", "the_ordinal_of"]),
+    with_year=st.booleans(),
+    wrong=st.sampled_from([None, "year", "day"]),
+)
+def test_dates_the_customer_said_in_words_are_not_asked_for_again(shipped, form, with_year, wrong):
+    # travel_notice_simple with its dates as facts and said in words, as a customer says them;
+    # said with another year or another day, the ISO fact was not given and is asked for
+    from datetime import date
+
+    task = next(t for t in shipped if t.id == "travel_notice_simple")
+    start, end = date(2025, 6, 20), date(2025, 7, 5)
+    year = 2024 if wrong == "year" else (2025 if with_year else None)
+    said_start = start.replace(day=21) if wrong == "day" else start
+    request = f"I'm travelling to Japan from {say_date(said_start, form, year)} to {say_date(end, form, year)}."
+    facts = {**task.scenario.facts, "start date": "2025-06-20", "end date": "2025-07-05"}
+    scenario = task.scenario.model_copy(update={"requests": [request], "facts": facts})
+    (r,) = run(TeacherAgent, tasks=[task.model_copy(update={"scenario": scenario})]).results
+    rec = r.to_dict()
+    asked = " ".join(m.get("content") or "" for m in rec["agent_view"]["messages"] if m["role"] == "assistant")
+    assert r.reward == 1.0
+    assert ("start date" in asked) == (wrong is not None)
+    assert ("end date" in asked) == (wrong == "year")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,7 +40,9 @@ __all__ = [
     "hand_over",
     "identity_prefix",
     "new_customer",
+    "date_speaker",
     "slug",
+    "spoken_date",
     "templates_for",
     "unlock",
 ]
@@ -48,6 +51,28 @@ __all__ = [
 def slug(text: str) -> str:
     """The entity graph's slug: lower case, runs of non-alphanumerics -> ``_``, stripped."""
     return re.sub(r"[^a-z0-9]+", "_", str(text).lower()).strip("_")
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def spoken_date(d: date, today: date, rng: random.Random) -> str:
+    """``d`` as a customer says it: ``June 20, 2025``, ``June 20th``, ``20 June``, ``the 20th of
+    June``... The year is left out only when it is ``today``'s (the bank's clock), so the date
+    stays unambiguous; an agent must then fill it in, as it must for the shipped tasks' dates.
+    """
+    month, day = d.strftime("%B"), d.day
+    forms = [f"{month} {day}, {d.year}", f"{day} {month} {d.year}"]
+    if d.year == today.year:
+        forms += [f"{month} {_ordinal(day)}", f"{month} {day}", f"{day} {month}", f"the {_ordinal(day)} of {month}"]
+    return rng.choice(forms)
+
+
+def date_speaker(plan: Any) -> Callable[[date, date], str]:
+    """``spoken_date`` with the plan's own generator (the plan's other draws stay as they were)."""
+    rng = random.Random(f"dates:{plan.id}:{plan.seed}")
+    return lambda d, today: spoken_date(d, today, rng)
 
 
 @dataclass

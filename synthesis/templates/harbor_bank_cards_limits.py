@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 import random
-from datetime import date, timedelta
+from datetime import timedelta
 from typing import Any
 
-from . import Chain, identity_prefix, new_customer, unlock
+from . import Chain, date_speaker, identity_prefix, new_customer, unlock
 from .harbor_bank_cards_base import (
     CHECKING,
     CLAIMS_DOC,
@@ -223,10 +223,6 @@ def _unlock_raise(plan, ctx, rng) -> Built:
 TRAVEL = "set_travel_notice_3012"
 
 
-def nice(d: date) -> str:
-    return f"{d.strftime('%B')} {d.day}, {d.year}"
-
-
 @template(
     "set_travel_notice",
     "set a travel notice for a trip abroad",
@@ -280,11 +276,13 @@ def _travel(plan, ctx, rng) -> Built:
         {"customer_id": out(0), "destination": fact("destination"), "start_date": s_from, "end_date": e_from},
     )
     where = " and then ".join(places) if len(places) > 1 else dest
-    span = f"from {nice(start)} to {nice(end)}"
+    spk = date_speaker(plan)
+    s_txt, e_txt = spk(start, today), spk(end, today)
+    span = f"from {s_txt} to {e_txt}"
     text = f"I'm travelling to {where} {span}. Can you make sure my debit card works there?"
     if kind == "abroad":
         text = (
-            f"I'm in {where} right now: I arrived on {nice(start)} and I'm back on {nice(end)}. My card was "
+            f"I'm in {where} right now: I arrived on {s_txt} and I'm back on {e_txt}. My card was "
             "declined at a shop. Can you add a travel notice?"
         )
     if fm == "contradicting_claim":
@@ -319,7 +317,9 @@ def _travel_refused(plan, ctx, rng) -> Built:
     chain = Chain()
     place = rng.choice(US_PLACES)
     identity_prefix(chain, cust, get_customer=False)
-    text = f"I'm going to {place} from {nice(start)} to {nice(end)}. Please put a travel notice on my debit card."
+    spk = date_speaker(plan)
+    span = f"from {spk(start, ctx.today)} to {spk(end, ctx.today)}"
+    text = f"I'm going to {place} {span}. Please put a travel notice on my debit card."
     return Built(
         cust,
         chain,

@@ -5,10 +5,22 @@ refunds (merged in ``harbor_bank.TEMPLATES``).
 from __future__ import annotations
 
 import re
+from datetime import date
 from typing import Any
 
 from ..records import Plan
-from . import BaseTemplate, Chain, Draft, SynthContext, hand_over, identity_prefix, new_customer, slug, unlock
+from . import (
+    BaseTemplate,
+    Chain,
+    Draft,
+    SynthContext,
+    date_speaker,
+    hand_over,
+    identity_prefix,
+    new_customer,
+    slug,
+    unlock,
+)
 from .harbor_bank_base import (
     TIER_DOC,
     TIERS,
@@ -464,7 +476,9 @@ class RefundFee(BaseTemplate):
             "fee_text": f"{'an' if spoken[0] in 'aeiou' else 'a'} {spoken} of {money(amt)}"
             if n_fees == 1
             else f"two {spoken}s",
-            "when_text": f" on {when}" if n_fees == 1 else " recently",
+            "when_text": f" on {date_speaker(plan)(date.fromisoformat(when), ctx.today)}"
+            if n_fees == 1
+            else " recently",
         }
         if cell[1] == "underspecified":
             say = {}
