@@ -132,10 +132,12 @@ class TeacherAgent(OracleAgent):
     birth, phone digits, ...) that the action's arguments hold (as a whole value, or inside a text
     such as a hand-off summary) and that has not appeared yet in the conversation (the user's
     messages, tool results) is first asked for, by the fact's name, in one message; the scripted
-    user answers such questions. A fact is asked for once, answered or not. Values found in tool results (ids from
-    ``find_customer``, a card from ``list_cards``) are used as they are. Its episodes are SFT data
-    without privileged information: the :class:`OracleAgent` reads the customer's identity from
-    the task, a trained model that imitated it would invent one.
+    user answers such questions; a date the customer said in words (``June 20th``, ``20 June
+    2025``) counts as shown for its ISO value, as a careful agent would not ask for it again (with
+    another year said, it is asked for). A fact is asked for once, answered or not. Values found
+    in tool results (ids from ``find_customer``, a card from ``list_cards``) are used as they
+    are. Its episodes are SFT data without privileged information: the :class:`OracleAgent` reads
+    the customer's identity from the task, a trained model that imitated it would invent one.
 
     Tool names are knowledge too: the names of specialised tools are written in the policy
     documents. When the configuration gives a knowledge tool (``grep_documents``, else a
