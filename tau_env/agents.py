@@ -99,17 +99,32 @@ def _spoken_dates(text: str) -> set[tuple[int, int, int | None]]:
     return found
 
 
-def _said(value: str, text: str) -> bool:
-    """``_shown``, or ``value`` an ISO date (``2025-06-20``) that ``text`` says in words, with
-    its year or without one (``June 20th``): a customer's dates are facts they have given.
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+
+
+def _said(value: str, text: str, this_year: int | None) -> bool:
+    """``_shown``, or ``value`` an ISO date (``2025-06-20``) that ``text`` says in words: with its
+    year, or without one (``June 20th``) when its year is ``this_year`` (a customer who leaves the
+    year out means this year's date, never a date of birth's).
     """
     if _shown(value, text):
         return True
-    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", value.strip())
+    m = _ISO_DATE.fullmatch(value.strip())
     if m is None:
         return False
     y, mo, d = (int(g) for g in m.groups())
-    return any(mo == month and d == day and year in (None, y) for month, day, year in _spoken_dates(text))
+    return any(
+        (mo, d) == (month, day) and (year == y or year is None and y == this_year)
+        for month, day, year in _spoken_dates(text)
+    )
+
+
+def _this_year(task: Task) -> int | None:
+    """The year the task happens in: its clock's, else the latest year its reference actions name."""
+    if task.clock:
+        return int(task.clock[:4])
+    years = [int(m.group(1)) for a in task.actions for v in _values(a.arguments) for m in _ISO_DATE.finditer(v)]
+    return max(years, default=None)
 
 
 def _tool_names(action: Any) -> list[str]:
@@ -132,12 +147,13 @@ class TeacherAgent(OracleAgent):
     birth, phone digits, ...) that the action's arguments hold (as a whole value, or inside a text
     such as a hand-off summary) and that has not appeared yet in the conversation (the user's
     messages, tool results) is first asked for, by the fact's name, in one message; the scripted
-    user answers such questions; a date the customer said in words (``June 20th``, ``20 June
-    2025``) counts as shown for its ISO value, as a careful agent would not ask for it again (with
-    another year said, it is asked for). A fact is asked for once, answered or not. Values found
-    in tool results (ids from ``find_customer``, a card from ``list_cards``) are used as they
-    are. Its episodes are SFT data without privileged information: the :class:`OracleAgent` reads
-    the customer's identity from the task, a trained model that imitated it would invent one.
+    user answers such questions; a date the customer said in words (``20 June 2025``, or ``June
+    20th`` for a date in the task's year) counts as shown for its ISO value, as a careful agent
+    would not ask for it again (with another year said, it is asked for). A fact is asked for
+    once, answered or not. Values found in tool results (ids from ``find_customer``, a card from
+    ``list_cards``) are used as they are. Its episodes are SFT data without privileged
+    information: the :class:`OracleAgent` reads the customer's identity from the task, a trained
+    model that imitated it would invent one.
 
     Tool names are knowledge too: the names of specialised tools are written in the policy
     documents. When the configuration gives a knowledge tool (``grep_documents``, else a
@@ -187,6 +203,7 @@ class TeacherAgent(OracleAgent):
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         super().reset(task, seed)
         self._facts = {str(k): str(v) for k, v in (task.scenario.facts or {}).items()} if task is not None else {}
+        self._year = _this_year(task) if task is not None else None
         self._requested: set[str] = set()
         self._looked_up: set[str] = set()
 
@@ -251,7 +268,7 @@ class TeacherAgent(OracleAgent):
             if v in values or not v.strip():
                 continue
             values.add(v)
-            if k in self._requested or _said(v, seen):
+            if k in self._requested or _said(v, seen, self._year):
                 continue
             if any(u == v or _shown(v, u) for u in used):  # the whole argument, or inside a text (a summary)
                 keys.append(k)

@@ -337,3 +337,20 @@ def test_dates_the_customer_said_in_words_are_not_asked_for_again(shipped, form,
     assert r.reward == 1.0
     assert ("start date" in asked) == (wrong is not None)
     assert ("end date" in asked) == (wrong == "year")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(form=st.sampled_from(["month_day", "month_ordinal", "abbrev", "day_month", "the_ordinal_of"]))
+def test_a_date_said_without_its_year_is_not_taken_for_a_date_of_birth(shipped, form):
+    # Priya Natarajan's date of birth is 1984-02-07; a trip from "February 7th" is this year's
+    from datetime import date
+
+    task = next(t for t in shipped if t.id == "travel_notice_simple")
+    request = f"I'm travelling to Japan from {say_date(date(2025, 2, 7), form, None)} for a week."
+    scenario = task.scenario.model_copy(update={"requests": [request]})
+    (r,) = run(TeacherAgent, tasks=[task.model_copy(update={"scenario": scenario})]).results
+    rec = r.to_dict()
+    asked = " ".join(m.get("content") or "" for m in rec["agent_view"]["messages"] if m["role"] == "assistant")
+    assert "date of birth" in asked
+    assert leaks(rec, scenario.facts) == []
+    assert r.reward == 1.0
