@@ -119,6 +119,18 @@ def _said(value: str, text: str, this_year: int | None) -> bool:
     )
 
 
+def _said_without_year(value: str, text: str, this_year: int | None) -> bool:
+    """``value`` an ISO date that ``text`` says only without its year (``June 20th`` for
+    ``2025-06-20`` in a ``2025`` task): the year comes from the bank's clock, not the customer.
+    """
+    m = _ISO_DATE.fullmatch(value.strip())
+    if m is None or this_year is None or _shown(value, text):
+        return False
+    y, mo, d = (int(g) for g in m.groups())
+    said = {(month, day, year) for month, day, year in _spoken_dates(text) if (month, day) == (mo, d)}
+    return y == this_year and (mo, d, None) in said and (mo, d, y) not in said
+
+
 def _this_year(task: Task) -> int | None:
     """The year the task happens in: its clock's, else the latest year its reference actions name."""
     if task.clock:
@@ -149,8 +161,10 @@ class TeacherAgent(OracleAgent):
     messages, tool results) is first asked for, by the fact's name, in one message; the scripted
     user answers such questions; a date the customer said in words (``20 June 2025``, or ``June
     20th`` for a date in the task's year) counts as shown for its ISO value, as a careful agent
-    would not ask for it again (with another year said, it is asked for). A fact is asked for
-    once, answered or not. Values found in tool results (ids from ``find_customer``, a card from
+    would not ask for it again (with another year said, it is asked for); before it writes a date
+    said without its year, it calls ``get_current_time`` (once, when offered), so the year it
+    writes comes from the bank's clock, shown in the conversation. A fact is asked for once,
+    answered or not. Values found in tool results (ids from ``find_customer``, a card from
     ``list_cards``) are used as they are. Its episodes are SFT data without privileged
     information: the :class:`OracleAgent` reads the customer's identity from the task, a trained
     model that imitated it would invent one.
@@ -183,6 +197,9 @@ class TeacherAgent(OracleAgent):
     With the scripted user it reaches the oracle's reward on every task whose facts are named so
     the user reveals them (the scripted user's rule); it spends one more step per question or lookup.
     """
+
+    #: The tool that tells it today's date (the year of a date said without one).
+    CLOCK_TOOL = "get_current_time"
 
     #: The knowledge tools it looks names up with, by preference (grep takes a pattern, the others a query).
     LOOKUP_TOOLS = tuple(
@@ -274,6 +291,25 @@ class TeacherAgent(OracleAgent):
                 keys.append(k)
         return keys
 
+    def _to_check_today(self, obs: Observation) -> bool:
+        """Whether to ask the bank's clock for today's date now: the next action writes a date the
+        customer said without its year, the clock tool is offered, and nobody has called it yet.
+        """
+        action = self._next()
+        if action is None or action.requestor != "agent" or action.name == self.CLOCK_TOOL:
+            return False
+        active = {(t.get("function") or {}).get("name") for t in obs.get("tools") or []}
+        messages = obs.get("messages") or []
+        if self.CLOCK_TOOL not in active or any(
+            (c.get("function") or {}).get("name") == self.CLOCK_TOOL
+            for m in messages
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        ):
+            return False
+        said = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+        return any(_said_without_year(v, said, self._year) for v in _values(action.arguments))
+
     def _early(self) -> bool:
         """Still in the early phase: nothing done yet but lookups and the unlocks they allow."""
         return self.lookup == "early" and self._i == 0 and not self._asked and not self._requested
@@ -303,6 +339,9 @@ class TeacherAgent(OracleAgent):
                 {"pattern": re.escape(words)} if lookup == grep_documents.name else {"query": words.replace("_", " ")}
             )
             return assistant_message(None, [tool_call(lookup, args, id=f"teacher_{self._n}")])
+        if self._to_check_today(obs):  # "June 20th": which year is today's?
+            self._n += 1
+            return assistant_message(None, [tool_call(self.CLOCK_TOOL, {}, id=f"teacher_{self._n}")])
         return super().__call__(obs)
 
 

@@ -354,3 +354,65 @@ def test_a_date_said_without_its_year_is_not_taken_for_a_date_of_birth(shipped, 
     assert "date of birth" in asked
     assert leaks(rec, scenario.facts) == []
     assert r.reward == 1.0
+
+
+def agent_calls(rec):
+    return [c["function"]["name"] for m in rec["agent_view"]["messages"] for c in m.get("tool_calls") or []]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    form=st.sampled_from(["month_day", "month_ordinal", "abbrev", "day_month", "the_ordinal_of"]),
+    start_year=st.booleans(),
+    end_year=st.booleans(),
+    retrieval=st.sampled_from(["none", "grep"]),
+)
+def test_a_date_said_without_its_year_is_written_after_a_look_at_the_clock(
+    shipped, form, start_year, end_year, retrieval
+):
+    # the year the teacher writes for "June 20th" comes from get_current_time's result, shown in
+    # the conversation by one call right before the write; with both years said it needs no clock
+    from datetime import date
+
+    task = next(t for t in shipped if t.id == "travel_notice_simple")
+    start, end = date(2025, 6, 20), date(2025, 7, 5)
+    said = (say_date(start, form, 2025 if start_year else None), say_date(end, form, 2025 if end_year else None))
+    scenario = task.scenario.model_copy(update={"requests": [f"I'm travelling to Japan from {said[0]} to {said[1]}."]})
+    changed = task.model_copy(update={"scenario": scenario})
+    (r,) = tau_env.evaluate(ENV, TeacherAgent, ScriptedUser, tasks=[changed], retrieval=retrieval).results
+    rec = r.to_dict()
+    calls = agent_calls(rec)
+    assert r.reward == 1.0
+    if start_year and end_year:
+        assert "get_current_time" not in calls
+        return
+    assert calls.count("get_current_time") == 1
+    assert calls[calls.index("get_current_time") + 1] == "set_travel_notice_3012"
+    msgs = rec["agent_view"]["messages"]
+    i = next(
+        i
+        for i, m in enumerate(msgs)
+        if any(c["function"]["name"] == "get_current_time" for c in m.get("tool_calls") or [])
+    )
+    assert msgs[i + 1]["role"] == "tool" and msgs[i + 1]["content"].startswith("2025-")
+
+
+class WithoutClock(TeacherAgent):
+    """The teacher on an agent seat that is not offered get_current_time."""
+
+    def __call__(self, obs):
+        tools = [t for t in obs.get("tools") or [] if (t.get("function") or {}).get("name") != "get_current_time"]
+        return super().__call__({**obs, "tools": tools})
+
+
+def test_the_clock_is_called_once_and_only_when_offered(shipped):
+    # a chain that calls get_current_time itself (a trip already begun) gets no second call; a
+    # seat without the tool gets the reference's write with no clock call
+    task = next(t for t in shipped if t.id == "travel_notice_simple")
+    actions = list(task.actions)
+    clock = actions[0].model_copy(update={"name": "get_current_time", "arguments": {}})
+    with_clock = task.model_copy(update={"actions": [*actions[:2], clock, *actions[2:]]})
+    (r,) = tau_env.evaluate(ENV, TeacherAgent, ScriptedUser, tasks=[with_clock]).results
+    assert r.reward == 1.0 and agent_calls(r.to_dict()).count("get_current_time") == 1
+    (r,) = tau_env.evaluate(ENV, WithoutClock, ScriptedUser, tasks=[task]).results
+    assert r.reward == 1.0 and "get_current_time" not in agent_calls(r.to_dict())
