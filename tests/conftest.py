@@ -9,8 +9,15 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tau_env import Document, Domain, Schema, Task, ToolContext, ToolError, tool
+
+# Property tests assert behaviour, not speed: hypothesis's default 200 ms deadline per example
+# failed them whenever the machine was loaded (speed is measured in benchmarks/). A test that sets
+# its own deadline keeps it.
+settings.register_profile("tau_env", deadline=None)
+settings.load_profile("tau_env")
 
 DDL = """
 CREATE TABLE items (item_id TEXT PRIMARY KEY, qty INTEGER NOT NULL, price REAL) STRICT;

@@ -4,6 +4,7 @@ and a scripted server that holds no requests.
 """
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 
@@ -194,9 +195,20 @@ def test_a_run_leaves_the_cycle_collector_as_it_found_it(domain, enabled, frozen
     monkeypatch.setattr(harness_run.gc, "freeze", lambda f=gc.freeze: (calls.append("freeze"), f())[1])
     monkeypatch.setattr(harness_run.gc, "unfreeze", lambda f=gc.unfreeze: (calls.append("unfreeze"), f())[1])
 
+    started = []  # set when the harness says every episode has started (no guess from a sleep)
+    quiet = harness_run._quiet_collector
+
+    @contextlib.contextmanager
+    def watched():
+        with quiet() as launched:
+            yield lambda: (launched(), started.append(True))
+
+    monkeypatch.setattr(harness_run, "_quiet_collector", watched)
+
     class Watching(OracleAgent):  # what the collector looks like while episodes play
         async def aact(self, obs):
-            await asyncio.sleep(0.01)  # the episodes have all started by now
+            while not started:
+                await asyncio.sleep(0)
             seen.append((gc.isenabled(), gc.get_freeze_count() > 0))
             return self(obs)
 
