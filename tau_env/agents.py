@@ -123,12 +123,7 @@ def _said_without_year(value: str, text: str, this_year: int | None) -> bool:
     """``value`` an ISO date that ``text`` says only without its year (``June 20th`` for
     ``2025-06-20`` in a ``2025`` task): the year comes from the bank's clock, not the customer.
     """
-    m = _ISO_DATE.fullmatch(value.strip())
-    if m is None or this_year is None or _shown(value, text):
-        return False
-    y, mo, d = (int(g) for g in m.groups())
-    said = {(month, day, year) for month, day, year in _spoken_dates(text) if (month, day) == (mo, d)}
-    return y == this_year and (mo, d, None) in said and (mo, d, y) not in said
+    return _said(value, text, this_year) and not _said(value, text, None)
 
 
 def _this_year(task: Task) -> int | None:

@@ -195,20 +195,19 @@ def test_a_run_leaves_the_cycle_collector_as_it_found_it(domain, enabled, frozen
     monkeypatch.setattr(harness_run.gc, "freeze", lambda f=gc.freeze: (calls.append("freeze"), f())[1])
     monkeypatch.setattr(harness_run.gc, "unfreeze", lambda f=gc.unfreeze: (calls.append("unfreeze"), f())[1])
 
-    started = []  # set when the harness says every episode has started (no guess from a sleep)
+    started = asyncio.Event()  # set when the harness says every episode has started (no guess from a sleep)
     quiet = harness_run._quiet_collector
 
     @contextlib.contextmanager
     def watched():
         with quiet() as launched:
-            yield lambda: (launched(), started.append(True))
+            yield lambda: (launched(), started.set())
 
     monkeypatch.setattr(harness_run, "_quiet_collector", watched)
 
     class Watching(OracleAgent):  # what the collector looks like while episodes play
         async def aact(self, obs):
-            while not started:
-                await asyncio.sleep(0)
+            await asyncio.wait_for(started.wait(), 60)  # never called: a failure, not a hang
             seen.append((gc.isenabled(), gc.get_freeze_count() > 0))
             return self(obs)
 
