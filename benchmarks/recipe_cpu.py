@@ -11,9 +11,10 @@
    and a model trained on it learns to invent them (runs 1 and 3 here did).
 4. pass@1 on the held-out tasks (trials, standard error over episodes) of the starting model (a
    step-0 checkpoint), after SFT (``reference_trainers.sft``) and after GRPO
-   (``reference_trainers.grpo`` on the synthesized single-request tasks, real rollouts and
-   rewards), each checkpoint played by ``tau-env eval --agent-checkpoint`` (in process, no server),
-   in ``--workers`` one-thread processes over task shards.
+   (``reference_trainers.grpo`` on the synthesized single-request tasks whose teacher episode fits
+   ``--max-len``, real rollouts and rewards), each checkpoint played by ``tau-env eval
+   --agent-checkpoint`` (in process, no server), in ``--workers`` one-thread processes over task
+   shards.
 5. With ``--indist N``, the same for N fresh synthesized tasks (a second synthesis run, seed + 1,
    decontaminated the same way, none sharing a request's text or a customer's name with a training
    task, one per final tool first): how well the model fits the distribution it was trained on, with
@@ -226,6 +227,31 @@ def sft_data(synth: Path, out: Path, max_steps: int, retrieval: str) -> tuple[Pa
     return path, {"episodes": len(records), "examples": len(examples), "teacher_lookup": "early"}
 
 
+def fitting_tasks(data: Path, model_dir: Path, max_len: int) -> set[str]:
+    """Ids of the tasks whose teacher episode (an example of the SFT file ``data``) fits ``max_len``
+    tokens, counted with the model's tokenizer and the chat template its trainers render with.
+
+    GRPO draws its tasks from these: a rollout stops where the context ends, and a task whose
+    reference episode does not fit in it cannot be solved inside it (the first GRPO task of runs 7
+    and 8, a ``release_wire``, takes ~4.5k tokens; every group of such a task has reward 0).
+    """
+    from tau_env.reference_trainers.cpu_common import (
+        chat_template_for,
+        read_sft_jsonl,
+        tokenize_sft_example,
+        tokenizer_family,
+    )
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    template = chat_template_for(tokenizer, tokenizer_family(tokenizer))
+    return {
+        ex["task_id"]
+        for ex in read_sft_jsonl([data])
+        if len(tokenize_sft_example(tokenizer, ex, template).input_ids) <= max_len
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="SmolLM2-135M-Instruct folder")
@@ -364,9 +390,15 @@ def main(argv: list[str] | None = None) -> int:
         folder = out / f"eval_indist_sft_{sft_ckpt.name}"
         indist["after_sft"] = evaluate(sft_ckpt, folder, args, indist_ids, indist_file)
 
-    # -- GRPO on the synthesized single-request tasks (the held-out tasks are single requests too), from SFT
+    # -- GRPO on the synthesized single-request tasks (the held-out tasks are single requests too) that fit
+    # the context, from SFT
     synthesized = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
-    pool = [t["id"] for t in synthesized if len(t["scenario"]["requests"]) == 1]
+    single = [t["id"] for t in synthesized if len(t["scenario"]["requests"]) == 1]
+    fits = fitting_tasks(data, model_dir, args.max_len)
+    pool = [i for i in single if i in fits]
+    if not pool:
+        print(f"no teacher episode fits --max-len {args.max_len}: GRPO draws from every task", file=sys.stderr)
+        pool = single
     # one GRPO folder per SFT checkpoint: a rerun with more SFT steps must not resume a GRPO run from the old one
     grpo_dir = out / f"grpo_from_{sft_ckpt.name}"
     t = time.perf_counter()
@@ -429,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         "sft_rise_over_2se": bool(rise > 2 * se) if before["se"] is not None else None,
         "sft_loss": [r["loss"] for r in sft_rows],
         "grpo_reward": [r["reward"] for r in grpo_rows],
+        "grpo_pool": {"tasks": len(pool), "single_request": len(single)},
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "total_s": round(time.perf_counter() - t0, 1),
         "prefix_grad": args.prefix_grad,
