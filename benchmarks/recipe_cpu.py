@@ -198,8 +198,32 @@ def indist_tasks(out: Path, synth: Path, n: int, seed: int) -> tuple[Path, list[
     return path, [t["id"] for t in picked]
 
 
-def sft_data(synth: Path, out: Path, max_steps: int, retrieval: str) -> tuple[Path, dict[str, Any]]:
-    """Teacher episodes on the synthesized tasks -> export-sft JSONL."""
+def shipped_neighbours(heldout: list[str]) -> tuple[list[str], dict[str, int]]:
+    """The shipped single-request tasks outside ``heldout`` that decontamination against the
+    ``heldout`` tasks keeps (every detector, as for the synthesized tasks: a task with the held-out
+    one's chain, state change or a customer of it is left out). Their requests are worded as the
+    held-out ones are, which the templates' are not (run 7's in-distribution check)."""
+    from tau_env.synthesis.decontam import decontaminate
+
+    import tau_env
+
+    env = tau_env.make(ENV)
+    try:
+        domain = env.domain
+        held = [t for t in domain.tasks if t.id in set(heldout)]
+        rest = [t for t in domain.tasks if t.id not in set(heldout)]
+        report = decontaminate(rest, held, domain=domain, against_domain=domain)
+    finally:
+        env.close()
+    ids = [t.id for t in report.kept if len(t.scenario.requests) == 1]
+    return ids, {"outside_heldout": len(rest), "removed": len(report.removed), "single_request_kept": len(ids)}
+
+
+def sft_data(
+    synth: Path, out: Path, max_steps: int, retrieval: str, shipped: list[str] | None = None, copies: int = 0
+) -> tuple[Path, dict[str, Any]]:
+    """Teacher episodes on the synthesized tasks (and ``copies`` times those on the shipped tasks
+    ``shipped``) -> export-sft JSONL."""
     import tau_env
     from tau_env.sft import select, to_example
 
@@ -223,8 +247,22 @@ def sft_data(synth: Path, out: Path, max_steps: int, retrieval: str) -> tuple[Pa
     )
     records = [r.to_dict() for r in run.results]
     examples = [to_example(e) for e in select(records)]
+    stats: dict[str, Any] = {"episodes": len(records), "examples": len(examples), "teacher_lookup": "early"}
+    if shipped and copies > 0:
+        run = tau_env.evaluate(
+            ENV,
+            tau_env.TeacherAgent(lookup="early"),
+            tau_env.ScriptedUser,
+            task_ids=list(shipped),
+            out_dir=out / "teacher_shipped",
+            retrieval=retrieval,
+            max_steps=max_steps,
+        )
+        good = [to_example(e) for e in select(r.to_dict() for r in run.results)]
+        examples += good * copies
+        stats["shipped"] = {"tasks": len(shipped), "episodes": len(run.results), "kept": len(good), "copies": copies}
     path.write_text("".join(json.dumps(e) + "\n" for e in examples), encoding="utf-8")
-    return path, {"episodes": len(records), "examples": len(examples), "teacher_lookup": "early"}
+    return path, stats
 
 
 def fitting_tasks(data: Path, model_dir: Path, max_len: int) -> set[str]:
@@ -272,6 +310,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also evaluate every stage on N fresh synthesized tasks (another synthesis seed; no request "
         "text or customer name shared with the training tasks): fit to the training distribution apart "
         "from transfer to the shipped tasks (~+30 min at N = 8 on 2 cores, run 7)",
+    )
+    p.add_argument(
+        "--sft-shipped",
+        type=int,
+        default=0,
+        metavar="COPIES",
+        help="also SFT on teacher episodes of the shipped single-request tasks outside the held-out split "
+        "that decontamination against it keeps (worded as the held-out tasks are), COPIES times each (0: off)",
     )
     p.add_argument("--eval-temperature", type=float, default=0.3, help="sampling temperature of the evaluations")
     p.add_argument("--synth-n", type=int, default=400, help="synthesized tasks to request")
@@ -349,7 +395,13 @@ def main(argv: list[str] | None = None) -> int:
         run_tasks(synth, ENV, n=args.synth_n, batch=max(args.synth_n, 10), seed=args.seed)
         run_decontaminate(synth, against=ENV)
     decon = json.loads((synth / "decontamination.json").read_text())
-    data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval)  # the teacher's episodes need room
+    shipped: list[str] = []
+    if args.sft_shipped:
+        shipped, shipped_stats = shipped_neighbours(list(HELDOUT))  # never a neighbour of any held-out task
+    # the teacher's episodes need room: 40 steps
+    data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval, shipped, args.sft_shipped)
+    if shipped:
+        data_stats["shipped"] = {**shipped_stats, **data_stats.get("shipped", {})}
     timings["data_s"] = time.perf_counter() - t0
     if args.quick:
         build_tiny_model(model_dir, data.read_text(encoding="utf-8").splitlines() * 3)
@@ -469,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         "turn_prefixes": args.turn_prefixes,
         "sft_lr": args.sft_lr,
         "sft_batch": args.sft_batch,
+        "sft_shipped": args.sft_shipped,
         "threads": __import__("torch").get_num_threads(),
         "cpus": os.cpu_count(),
         "plots": [str(out / "sft" / "metrics.svg"), str(grpo_dir / "metrics.svg")],
