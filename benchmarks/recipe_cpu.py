@@ -361,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         args.heldout, args.trials, args.synth_n, args.indist = 1, 1, 6, 1
         args.sft_steps, args.sft_batch, args.grpo_steps, args.grpo_tasks, args.grpo_group = 1, 2, 1, 1, 2
         args.max_new_tokens, args.max_steps, args.max_len = 4, 4, 100_000
+        args.sft_shipped = args.sft_shipped or 1  # every stage: the shipped tasks' teacher episodes too
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
