@@ -210,8 +210,9 @@ def shipped_neighbours(heldout: list[str]) -> tuple[list[str], dict[str, int]]:
     env = tau_env.make(ENV)
     try:
         domain = env.domain
-        held = [t for t in domain.tasks if t.id in set(heldout)]
-        rest = [t for t in domain.tasks if t.id not in set(heldout)]
+        split = set(heldout)
+        held = [t for t in domain.tasks if t.id in split]
+        rest = [t for t in domain.tasks if t.id not in split]
         report = decontaminate(rest, held, domain=domain, against_domain=domain)
     finally:
         env.close()
@@ -357,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 0 <= args.indist <= 1000:  # its candidates are a synthesis run of 4 x N tasks, N x trials episodes
         p.error(f"--indist must be 0 (off) or a number of tasks up to 1000, not {args.indist}")
+    if not 0 <= args.sft_shipped <= 100:  # each copy is ~30 more SFT examples
+        p.error(f"--sft-shipped must be 0 (off) or a number of copies up to 100, not {args.sft_shipped}")
     if args.quick:
         args.heldout, args.trials, args.synth_n, args.indist = 1, 1, 6, 1
         args.sft_steps, args.sft_batch, args.grpo_steps, args.grpo_tasks, args.grpo_group = 1, 2, 1, 1, 2

@@ -44,3 +44,13 @@ def test_a_smaller_split_keeps_its_other_tasks_for_training():
     ids_one, _ = recipe.shipped_neighbours(list(recipe.HELDOUT[:1]))
     assert set(ids_all) < set(ids_one)
     assert recipe.HELDOUT[0] not in ids_one and set(recipe.HELDOUT[1:]) & set(ids_one)
+
+
+def test_a_negative_or_huge_copy_count_is_refused_before_any_work(capsys):
+    import pytest
+
+    for bad in ("-1", "101", "x"):
+        with pytest.raises(SystemExit) as e:
+            recipe.main(["--sft-shipped", bad, "--model", "/nonexistent"])
+        assert e.value.code == 2
+        assert "--sft-shipped" in capsys.readouterr().err
