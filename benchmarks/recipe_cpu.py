@@ -294,7 +294,12 @@ def fitting_tasks(data: Path, model_dir: Path, max_len: int) -> set[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="SmolLM2-135M-Instruct folder")
-    p.add_argument("--out", type=Path, default=Path("runs/recipe_cpu"), help="run folder (resumable)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/recipe_cpu"),
+        help="run folder (resumable with the same settings; its trainers refuse others: one --out per setting)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny random model, tiny sizes: a smoke run")
     p.add_argument(
         "--retrieval",

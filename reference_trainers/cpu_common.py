@@ -14,6 +14,7 @@ cheaper, and the gradient then leaves out the prefix's encoding (an approximatio
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -478,6 +479,37 @@ def config_dict(config: Any) -> dict[str, Any]:
         v = getattr(config, f.name)
         out[f.name] = str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
     return out
+
+
+def content_digest(data: Any) -> str:
+    """A short digest of JSON-ready data (what a run trains on), to tell a rerun on other data."""
+    blob = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any], free: Iterable[str]) -> None:
+    """Refuse to resume the run in ``run_dir`` (its checkpoint's config ``saved``) with the config
+    ``now`` when they differ in a setting outside ``free`` (the settings that change only where, how
+    fast or how long it runs): the same folder would otherwise continue the old run silently, and
+    its checkpoint would carry neither run's settings. A key one of the two lacks (a config of
+    another version) is not compared.
+
+    Raises:
+        ResultsFolderError: naming each differing setting, its saved value and the one given.
+    """
+    skip = set(free)
+    diff = [k for k in saved if k in now and k not in skip and saved[k] != now[k]]
+    if diff:
+
+        def shown(v: Any) -> str:
+            s = json.dumps(v, default=str)
+            return s if len(s) <= 80 else s[:77] + "..."
+
+        parts = "; ".join(f"{k.replace('_', '-')}: {shown(saved[k])} there, {shown(now[k])} now" for k in diff)
+        raise ResultsFolderError(
+            f"{run_dir} holds a run with other settings ({parts}); resuming it would train with neither. "
+            "Pass another --out for these settings, or the same settings to continue that run."
+        )
 
 
 def config_from(cls: Any, data: dict[str, Any]) -> Any:

@@ -51,7 +51,9 @@ from tau_env.reference_trainers.cpu_common import (
     MetricsLog,
     add_lora,
     chat_template_for,
+    check_resume,
     config_dict,
+    content_digest,
     load_model,
     opt,
     pad_rows,
@@ -129,6 +131,35 @@ def make_kwargs(cfg: GRPOConfig) -> dict[str, Any]:
     if cfg.tasks:
         kw["tasks"] = cfg.tasks
     return kw
+
+
+#: Settings a resumed run may change: where and how fast the rollouts and updates run (micro-batches, the
+#: prefix's gradient), how long (more steps continue it), how often it saves. The task file is compared by
+#: content (``tasks_digest``), not by path.
+RESUME_FREE = frozenset(
+    {
+        "out",
+        "resume",
+        "progress",
+        "threads",
+        "save_every",
+        "micro_batch",
+        "prefix_grad",
+        "steps",
+        "concurrency",
+        "rollout_server",
+        "rollout_model",
+        "rollout_seed",
+        "skip_zero_signal",
+        "tasks",
+    }
+)
+
+
+def tasks_digest(tasks: str) -> str:
+    """A digest of the task file's content (``""`` for the environment's own tasks)."""
+    path = Path(tasks) if tasks else None
+    return content_digest(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else tasks
 
 
 def task_pool(cfg: GRPOConfig) -> list[str]:
@@ -305,6 +336,9 @@ def train(cfg: GRPOConfig) -> Path:
                 "targets": list(LORA_TARGETS),
                 "layers": cfg.lora_layers,
             }
+    config = {**config_dict(cfg), "tasks_digest": tasks_digest(cfg.tasks)}
+    if ckpt is not None:
+        check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     if ckpt is not None:
@@ -355,7 +389,7 @@ def train(cfg: GRPOConfig) -> Path:
             tokenizer=tokenizer,
             chat_template=template,
             trainer="grpo",
-            config=config_dict(cfg),
+            config=config,
             family=family,
             agent=agent,
             optimizer=optimizer,

@@ -10,7 +10,8 @@ with :func:`~tau_env.reference_trainers.objectives.sft_loss`.
 
 CPU choices (see ``cpu_common``): LoRA on the attention and MLP projections (``--lora-rank 0`` for
 full fine-tuning), the shared system prompt and tool schemas run once per micro-batch, fp32.
-Checkpoints (``OUT/checkpoints/step-N``, plain Hugging Face folders) resume with the same command;
+Checkpoints (``OUT/checkpoints/step-N``, plain Hugging Face folders) resume with the same command
+(one that trains otherwise, on other data included, is refused: :data:`RESUME_FREE` lists what may change);
 ``OUT/metrics.jsonl`` and ``OUT/metrics.svg`` record the run. Evaluate a checkpoint with
 ``tau-env eval --agent-checkpoint OUT/checkpoints/step-N``.
 """
@@ -33,8 +34,10 @@ from tau_env.reference_trainers.cpu_common import (
     Sample,
     add_lora,
     chat_template_for,
+    check_resume,
     compact_targets,
     config_dict,
+    content_digest,
     load_model,
     opt,
     parse_config,
@@ -89,6 +92,14 @@ class SFTConfig:
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
     progress: bool = opt(True, "show a progress bar")
+
+
+#: Settings a resumed run may change: where, how fast (micro-batches, the prefix's gradient) and how long it
+#: runs (more steps continue it), how often it saves. The data are compared by content (``data_digest``),
+#: not by path.
+RESUME_FREE = frozenset(
+    {"out", "resume", "progress", "threads", "save_every", "micro_batch", "prefix_grad", "steps", "epochs", "data"}
+)
 
 
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
@@ -164,6 +175,9 @@ def train(cfg: SFTConfig) -> Path:
     if not cfg.data:
         raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
     examples = read_sft_jsonl(cfg.data)
+    config = {**config_dict(cfg), "data_digest": content_digest(examples)}
+    if ckpt is not None:
+        check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
     samples = [tokenize_sft_example(tokenizer, ex, template) for ex in examples]
     kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
     if len(kept) < len(samples):
@@ -211,7 +225,7 @@ def train(cfg: SFTConfig) -> Path:
             tokenizer=tokenizer,
             chat_template=template,
             trainer="sft",
-            config=config_dict(cfg),
+            config=config,
             family=family,
             agent=agent,
             optimizer=optimizer,

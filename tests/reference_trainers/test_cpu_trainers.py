@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -21,6 +23,7 @@ from tau_env.reference_trainers.checkpoint import INFO_FILE, latest_checkpoint, 
 from tau_env.reference_trainers.cpu_common import (  # noqa: E402
     LoRALinear,
     add_lora,
+    check_resume,
     common_prefix_len,
     initial_tools,
     merged_state_dict,
@@ -35,7 +38,7 @@ from tau_env.reference_trainers.objectives import sft_loss  # noqa: E402
 from tau_env.reference_trainers.rollout import TokenTrajectory  # noqa: E402
 
 import tau_env  # noqa: E402
-from tau_env.error import InvalidOptionError  # noqa: E402
+from tau_env.error import InvalidOptionError, ResultsFolderError  # noqa: E402
 from tau_env.sft import to_example  # noqa: E402
 
 ENV = "harbor-bank-v0"
@@ -334,6 +337,91 @@ def test_sft_resume_reloads_the_lora_factors(tiny_dir, sft_file, tmp_path):
         torch.testing.assert_close(merged(x).logits, again(x).logits, atol=1e-4, rtol=1e-4)
     state = torch.load(path / "trainer_state.pt", weights_only=False)
     assert state["optimizer"]["state"] and any(v.abs().sum() > 0 for k, v in state["lora"].items() if "lora_B" in k)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"lr": 1e-3}, "lr: 0.0002 there, 0.001 now"),
+        ({"batch_size": 1, "micro_batch": 1}, "batch-size: 2 there, 1 now"),
+        ({"turn_prefixes": 1}, "turn-prefixes"),
+        ({"seed": 3}, "seed"),
+    ],
+)
+def test_sft_refuses_to_resume_a_run_with_other_settings(tiny_dir, sft_file, tmp_path, change, named):
+    out = tmp_path / "sft"
+    cfg = sft.SFTConfig(
+        model=str(tiny_dir), data=[str(sft_file)], out=str(out), steps=1, batch_size=2, micro_batch=2,
+        lora_rank=4, retrieval="none", progress=False,
+    )  # fmt: skip
+    first = sft.train(cfg)
+    before = (out / "metrics.jsonl").read_text()
+    with pytest.raises(ResultsFolderError, match=named) as e:
+        sft.train(sft.SFTConfig(**{**cfg.__dict__, "steps": 2, **change}))
+    assert str(out) in str(e.value) and "--out" in str(e.value)
+    # nothing of the old run is touched: its checkpoint is still the latest and its log unchanged
+    assert latest_checkpoint(out) == first and (out / "metrics.jsonl").read_text() == before
+
+
+def test_sft_resume_compares_the_data_by_content_not_by_path(tiny_dir, sft_file, tmp_path):
+    out = tmp_path / "sft"
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(sft_file.read_bytes())
+    cfg = sft.SFTConfig(
+        model=str(tiny_dir), data=[str(data)], out=str(out), steps=1, batch_size=2, micro_batch=2,
+        lora_rank=4, retrieval="none", progress=False,
+    )  # fmt: skip
+    sft.train(cfg)
+    assert len(read_info(latest_checkpoint(out))["config"]["data_digest"]) == 16
+    # the same file rewritten with other examples (a rerun of the recipe's data stage with other settings)
+    lines = sft_file.read_text().splitlines()
+    data.write_text("\n".join(lines[1:] + lines[:1]) + "\n" if len(lines) > 1 else lines[0] + "\n" + lines[0] + "\n")
+    with pytest.raises(ResultsFolderError, match="data-digest"):
+        sft.train(sft.SFTConfig(**{**cfg.__dict__, "steps": 2}))
+    # the same examples at another path, with another speed setting: it continues
+    moved = tmp_path / "moved.jsonl"
+    moved.write_bytes(sft_file.read_bytes())
+    again = sft.SFTConfig(**{**cfg.__dict__, "data": [str(moved)], "steps": 2, "micro_batch": 1, "threads": 1})
+    assert sft.train(again).name == "step-000002"
+
+
+def test_grpo_refuses_to_resume_a_run_with_other_settings(tiny_dir, tmp_path):
+    out = tmp_path / "grpo"
+    tasks = tmp_path / "tasks.jsonl"
+    shipped = json.loads((Path(tau_env.__file__).parent / "domains" / "harbor_bank" / "tasks.json").read_text())
+    [row] = [t for t in shipped if t["id"] == "travel_notice_simple"]
+    tasks.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    cfg = grpo.GRPOConfig(
+        model=str(tiny_dir), out=str(out), tasks=str(tasks), task_ids=["travel_notice_simple"], steps=1,
+        tasks_per_step=1, group_size=2, max_steps=4, max_new_tokens=4, lora_rank=4, progress=False,
+    )  # fmt: skip
+    first = grpo.train(cfg)
+    for change, named in (({"lr": 1e-3}, "lr"), ({"group_size": 3}, "group-size"), ({"temperature": 0.5}, "temp")):
+        with pytest.raises(ResultsFolderError, match=named):
+            grpo.train(grpo.GRPOConfig(**{**cfg.__dict__, "steps": 2, **change}))
+    row["scenario"]["requests"] = ["I'm travelling to Japan next week."]
+    tasks.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(ResultsFolderError, match="tasks-digest"):
+        grpo.train(grpo.GRPOConfig(**{**cfg.__dict__, "steps": 2}))
+    assert latest_checkpoint(out) == first
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    saved=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 2)),
+    now=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 2)),
+    free=st.sets(st.sampled_from("abcdef")),
+)
+def test_check_resume_refuses_exactly_a_shared_setting_outside_the_free_ones_that_differs(saved, now, free):
+    differ = sorted(k for k in saved if k in now and k not in free and saved[k] != now[k])
+    if not differ:
+        check_resume("RUN", saved, now, free)
+        return
+    with pytest.raises(ResultsFolderError) as e:
+        check_resume("RUN", saved, now, free)
+    named = {part.split(":")[0] for part in str(e.value).split("(", 1)[1].split(");")[0].split("; ")}
+    assert named == set(differ)
 
 
 def test_one_grpo_step_on_real_rollouts(tiny_dir, tmp_path):
