@@ -482,8 +482,8 @@ def config_dict(config: Any) -> dict[str, Any]:
 
 
 def content_digest(data: Any) -> str:
-    """A short digest of JSON-ready data (what a run trains on), to tell a rerun on other data."""
-    blob = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
+    """A short digest of JSON-ready data or of raw bytes (what a run trains on), to tell a rerun on other data."""
+    blob = data if isinstance(data, bytes) else json.dumps(data, sort_keys=True, default=str).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -497,6 +497,8 @@ def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any]
     Raises:
         ResultsFolderError: naming each differing setting, its saved value and the one given.
     """
+    if not isinstance(saved, dict):
+        raise ResultsFolderError(f"{run_dir}: its latest checkpoint's config is not a JSON object; pass another --out.")
     skip = set(free)
     diff = [k for k in saved if k in now and k not in skip and saved[k] != now[k]]
     if diff:

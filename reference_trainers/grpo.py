@@ -159,7 +159,7 @@ RESUME_FREE = frozenset(
 def tasks_digest(tasks: str) -> str:
     """A digest of the task file's content (``""`` for the environment's own tasks)."""
     path = Path(tasks) if tasks else None
-    return content_digest(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else tasks
+    return content_digest(path.read_bytes()) if path is not None and path.is_file() else tasks
 
 
 def task_pool(cfg: GRPOConfig) -> list[str]:

@@ -25,6 +25,7 @@ from tau_env.reference_trainers.cpu_common import (  # noqa: E402
     add_lora,
     check_resume,
     common_prefix_len,
+    content_digest,
     initial_tools,
     merged_state_dict,
     predicting_positions,
@@ -297,12 +298,17 @@ def test_merged_weights_give_the_lora_model_outputs(tiny_dir):
 # --- the trainers end to end --------------------------------------------------------------------
 
 
-def test_one_sft_step_checkpoints_and_resume_continues(tiny_dir, sft_file, tmp_path):
-    out = tmp_path / "sft"
-    cfg = sft.SFTConfig(
-        model=str(tiny_dir), data=[str(sft_file)], out=str(out), steps=1, batch_size=2, micro_batch=2,
+def _one_step_sft(tiny_dir: Path, data: Path, out: Path) -> sft.SFTConfig:
+    """One SFT step of batch 2 on ``data`` into ``out`` (LoRA rank 4, no knowledge tools)."""
+    return sft.SFTConfig(
+        model=str(tiny_dir), data=[str(data)], out=str(out), steps=1, batch_size=2, micro_batch=2,
         lora_rank=4, retrieval="none", progress=False,
     )  # fmt: skip
+
+
+def test_one_sft_step_checkpoints_and_resume_continues(tiny_dir, sft_file, tmp_path):
+    out = tmp_path / "sft"
+    cfg = _one_step_sft(tiny_dir, sft_file, out)
     first = sft.train(cfg)
     assert first.name == "step-000001" and latest_checkpoint(out) == first
     [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -350,10 +356,7 @@ def test_sft_resume_reloads_the_lora_factors(tiny_dir, sft_file, tmp_path):
 )
 def test_sft_refuses_to_resume_a_run_with_other_settings(tiny_dir, sft_file, tmp_path, change, named):
     out = tmp_path / "sft"
-    cfg = sft.SFTConfig(
-        model=str(tiny_dir), data=[str(sft_file)], out=str(out), steps=1, batch_size=2, micro_batch=2,
-        lora_rank=4, retrieval="none", progress=False,
-    )  # fmt: skip
+    cfg = _one_step_sft(tiny_dir, sft_file, out)
     first = sft.train(cfg)
     before = (out / "metrics.jsonl").read_text()
     with pytest.raises(ResultsFolderError, match=named) as e:
@@ -367,15 +370,13 @@ def test_sft_resume_compares_the_data_by_content_not_by_path(tiny_dir, sft_file,
     out = tmp_path / "sft"
     data = tmp_path / "data.jsonl"
     data.write_bytes(sft_file.read_bytes())
-    cfg = sft.SFTConfig(
-        model=str(tiny_dir), data=[str(data)], out=str(out), steps=1, batch_size=2, micro_batch=2,
-        lora_rank=4, retrieval="none", progress=False,
-    )  # fmt: skip
+    cfg = _one_step_sft(tiny_dir, data, out)
     sft.train(cfg)
     assert len(read_info(latest_checkpoint(out))["config"]["data_digest"]) == 16
     # the same file rewritten with other examples (a rerun of the recipe's data stage with other settings)
     lines = sft_file.read_text().splitlines()
-    data.write_text("\n".join(lines[1:] + lines[:1]) + "\n" if len(lines) > 1 else lines[0] + "\n" + lines[0] + "\n")
+    assert len(lines) == len(TASKS) > 1
+    data.write_text("\n".join(reversed(lines)) + "\n")
     with pytest.raises(ResultsFolderError, match="data-digest"):
         sft.train(sft.SFTConfig(**{**cfg.__dict__, "steps": 2}))
     # the same examples at another path, with another speed setting: it continues
@@ -422,6 +423,15 @@ def test_check_resume_refuses_exactly_a_shared_setting_outside_the_free_ones_tha
         check_resume("RUN", saved, now, free)
     named = {part.split(":")[0] for part in str(e.value).split("(", 1)[1].split(");")[0].split("; ")}
     assert named == set(differ)
+
+
+def test_a_malformed_saved_config_or_unencodable_data_gives_a_clear_answer():
+    for saved in (["lr"], "lr", None, 3):
+        with pytest.raises(ResultsFolderError, match="not a JSON object"):
+            check_resume("RUN", saved, {"lr": 1.0}, ())
+    # text no UTF-8 can carry (a lone surrogate) still has a digest, distinct from other text's
+    assert content_digest({"text": "\ud800"}) != content_digest({"text": "\ud801"})
+    assert content_digest(b"\xff\xfe") == content_digest(b"\xff\xfe") != content_digest(b"")
 
 
 def test_one_grpo_step_on_real_rollouts(tiny_dir, tmp_path):
