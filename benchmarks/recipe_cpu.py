@@ -2,7 +2,11 @@
 
 1. Held-out tasks: the shipped Harbor Bank tasks in :data:`HELDOUT`, never trained on.
 2. Training tasks: a synthesis run (``tau_env.synthesis.pipeline.run_tasks``), decontaminated
-   against every shipped Harbor Bank task (``run_decontaminate``).
+   against every shipped Harbor Bank task (``run_decontaminate``), every detector; or, with
+   ``--decontam-against heldout --decontam-detectors instance``, against the held-out tasks only
+   and only for copies of them (their chain, customers and records, wording), so other customers'
+   instances of the held-out tasks' procedures stay (``chain_abstract`` and ``state_change``
+   remove those: with them no synthesized task unlocks a card or declines a limit).
 3. SFT data: teacher trajectories (:class:`tau_env.TeacherAgent`: the reference actions, after
    asking the customer for every fact they use, and after looking up, right after the request, the
    names of the tools it will need) on the synthesized single-request tasks with the scripted user,
@@ -68,6 +72,9 @@ HELDOUT = (
     "close_zero_balance_savings",
     "limit_above_max_decline",
 )
+#: ``--decontam-detectors instance``: the detectors that find a copy of an evaluation task (its
+#: reference chain, customers and record ids, wording), not another instance of its procedure.
+INSTANCE_DETECTORS = ("chain", "ids", "ngram", "embedding")
 DEFAULT_MODEL = Path.home() / ".cache" / "tau_env_e2e" / "smollm2"
 
 
@@ -176,17 +183,19 @@ def pick_indist(training: list[dict[str, Any]], candidates: list[dict[str, Any]]
     return [{**t, "id": f"indist-{t['id']}"} for t in picked]
 
 
-def indist_tasks(out: Path, synth: Path, n: int, seed: int) -> tuple[Path, list[str]]:
-    """The in-distribution check's tasks: a second synthesis run (``seed``, decontaminated against the
-    shipped tasks as the training run is; kept for reruns), filtered by :func:`pick_indist` against the
-    training tasks. The pick is redone on every run (it is deterministic and cheap), so the file always
-    holds the ``n`` asked for now."""
+def indist_tasks(
+    out: Path, synth: Path, n: int, seed: int, decon: dict[str, Any] | None = None
+) -> tuple[Path, list[str]]:
+    """The in-distribution check's tasks: a second synthesis run (``seed``, decontaminated as the
+    training run is, ``decon``: :func:`decontaminate_run`'s settings; kept for reruns), filtered by
+    :func:`pick_indist` against the training tasks. The pick is redone on every run (it is
+    deterministic and cheap), so the file always holds the ``n`` asked for now."""
     from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
 
     second = out / "indist_synth"
     if not (second / "decontamination.json").is_file():
         run_tasks(second, ENV, n=max(150, 4 * n), batch=max(150, 4 * n), seed=seed)
-        run_decontaminate(second, against=ENV)
+        run_decontaminate(second, against=ENV, **(decon or {}))
     read = lambda f: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]  # noqa: E731
     picked = pick_indist(read(synth / "tasks.jsonl"), read(second / "tasks.jsonl"), n)
     if not picked:
@@ -198,12 +207,12 @@ def indist_tasks(out: Path, synth: Path, n: int, seed: int) -> tuple[Path, list[
     return path, [t["id"] for t in picked]
 
 
-def shipped_neighbours(heldout: list[str]) -> tuple[list[str], dict[str, int]]:
+def shipped_neighbours(heldout: list[str], detectors: list[str] | None = None) -> tuple[list[str], dict[str, int]]:
     """The shipped single-request tasks outside ``heldout`` that decontamination against the
-    ``heldout`` tasks keeps (every detector, as for the synthesized tasks: a task with the held-out
-    one's chain, state change or a customer of it is left out). Their requests are worded as the
-    held-out ones are, which the templates' are not (run 7's in-distribution check)."""
-    from tau_env.synthesis.decontam import decontaminate
+    ``heldout`` tasks keeps (``detectors``, as for the synthesized tasks; default every one: a task with
+    the held-out one's chain, state change or a customer of it is left out). Their requests are worded
+    as the held-out ones are, which the templates' are not (run 7's in-distribution check)."""
+    from tau_env.synthesis.decontam import DETECTORS, decontaminate
 
     import tau_env
 
@@ -213,11 +222,26 @@ def shipped_neighbours(heldout: list[str]) -> tuple[list[str], dict[str, int]]:
         split = set(heldout)
         held = [t for t in domain.tasks if t.id in split]
         rest = [t for t in domain.tasks if t.id not in split]
-        report = decontaminate(rest, held, domain=domain, against_domain=domain)
+        report = decontaminate(rest, held, domain=domain, against_domain=domain, detectors=detectors or DETECTORS)
     finally:
         env.close()
     ids = [t.id for t in report.kept if len(t.scenario.requests) == 1]
     return ids, {"outside_heldout": len(rest), "removed": len(report.removed), "single_request_kept": len(ids)}
+
+
+def decontaminate_run(synth: Path, against: str, detectors: list[str] | None) -> dict[str, Any]:
+    """``run_decontaminate``'s settings for ``--decontam-against`` / ``--decontam-detectors``, checked
+    against what ``synth`` was decontaminated with if it was (one ``--out`` per setting)."""
+    settings = {"task_ids": list(HELDOUT) if against == "heldout" else None, "detectors": detectors}
+    record = synth / "decontamination.json"
+    if record.is_file():
+        passes = json.loads(record.read_text(encoding="utf-8")).get("passes") or [{"task_ids": None, "detectors": None}]
+        if passes != [settings]:
+            raise SystemExit(
+                f"{synth} was decontaminated with {passes}, not {[settings]} (--decontam-against {against}, "
+                f"--decontam-detectors {','.join(detectors) if detectors else 'all'}): use another --out"
+            )
+    return settings
 
 
 def sft_data(
@@ -291,6 +315,22 @@ def fitting_tasks(data: Path, model_dir: Path, max_len: int) -> set[str]:
     }
 
 
+def detector_list(text: str) -> list[str] | None:
+    """``--decontam-detectors``: ``all``, ``instance`` or detector names separated by commas."""
+    from tau_env.synthesis.decontam import DETECTORS
+
+    if text.strip() == "all":
+        return None
+    names = INSTANCE_DETECTORS if text.strip() == "instance" else [n.strip() for n in text.split(",")]
+    unknown = [n for n in names if n not in DETECTORS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown detectors {unknown or [text]}; 'all', 'instance' or names of {list(DETECTORS)} "
+            "separated by commas"
+        )
+    return list(dict.fromkeys(names))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="SmolLM2-135M-Instruct folder")
@@ -324,6 +364,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="COPIES",
         help="also SFT on teacher episodes of the shipped single-request tasks outside the held-out split "
         "that decontamination against it keeps (worded as the held-out tasks are), COPIES times each (0: off)",
+    )
+    p.add_argument(
+        "--decontam-against",
+        choices=("shipped", "heldout"),
+        default="shipped",
+        help="decontaminate the synthesized tasks against every shipped task (default) or the held-out ones only",
+    )
+    p.add_argument(
+        "--decontam-detectors",
+        type=detector_list,
+        default=None,
+        metavar="NAME,...",
+        help="decontamination detectors (default: all; 'instance' = chain,ids,ngram,embedding: copies of a "
+        "held-out task's chain, customers, records or wording go, other instances of its procedure stay)",
     )
     p.add_argument("--eval-temperature", type=float, default=0.3, help="sampling temperature of the evaluations")
     p.add_argument("--synth-n", type=int, default=400, help="synthesized tasks to request")
@@ -398,15 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
 
-    # -- training tasks: synthesized, decontaminated against every shipped task
+    # -- training tasks: synthesized, decontaminated against every shipped task (or the held-out ones)
     synth = out / "synth"
+    decon_settings = decontaminate_run(synth, args.decontam_against, args.decontam_detectors)
     if not (synth / "decontamination.json").is_file():
         run_tasks(synth, ENV, n=args.synth_n, batch=max(args.synth_n, 10), seed=args.seed)
-        run_decontaminate(synth, against=ENV)
+        run_decontaminate(synth, against=ENV, **decon_settings)
     decon = json.loads((synth / "decontamination.json").read_text())
     shipped: list[str] = []
-    if args.sft_shipped:
-        shipped, shipped_stats = shipped_neighbours(list(HELDOUT))  # never a neighbour of any held-out task
+    if args.sft_shipped:  # never a neighbour of any held-out task
+        shipped, shipped_stats = shipped_neighbours(list(HELDOUT), args.decontam_detectors)
     # the teacher's episodes need room: 40 steps
     data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval, shipped, args.sft_shipped)
     if shipped:
@@ -420,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     before = evaluate(base, out / "eval_before", args, heldout)
     indist: dict[str, Any] = {}
     if args.indist:
-        indist_file, indist_ids = indist_tasks(out, synth, args.indist, args.seed + 1)
+        indist_file, indist_ids = indist_tasks(out, synth, args.indist, args.seed + 1, decon_settings)
         indist["before"] = evaluate(base, out / "eval_indist_before", args, indist_ids, indist_file)
 
     # -- SFT
@@ -512,7 +567,13 @@ def main(argv: list[str] | None = None) -> int:
         "heldout": heldout,
         "trials": args.trials,
         "retrieval": args.retrieval,
-        "synthesis": {"checked": decon.get("checked"), "kept": decon.get("kept"), "removed": len(decon["removed"])},
+        "synthesis": {
+            "checked": decon.get("checked"),
+            "kept": decon.get("kept"),
+            "removed": len(decon["removed"]),
+            "decontaminated_against": args.decontam_against,
+            "detectors": args.decontam_detectors or "all",
+        },
         "sft_data": data_stats,
         "before": before,
         "after_sft": after_sft,

@@ -247,7 +247,15 @@ def cmd_rl(args: argparse.Namespace) -> int:
 
 def cmd_decontaminate(args: argparse.Namespace) -> int:
     run = _run_dir(args.from_)
-    result = _call(_stage("run_decontaminate"), run, against=args.against, data_dir=_data_dir(args), quiet=args.quiet)
+    result = _call(
+        _stage("run_decontaminate"),
+        run,
+        against=args.against,
+        data_dir=_data_dir(args),
+        task_ids=args.task_ids,
+        detectors=args.detectors,
+        quiet=args.quiet,
+    )
     _table(result)
     return 0
 
@@ -284,6 +292,14 @@ def _seat_flags(s: argparse.ArgumentParser, seat: str, what: str) -> None:
     s.add_argument(
         f"--{seat}-api-key-env", type=_name, default="OPENAI_API_KEY", help=f"{what}: environment variable of the key"
     )
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated list of names (``a,b,c``), none empty."""
+    names = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, got {text!r}")
+    return [_name(n) for n in names]
 
 
 def _from(s: argparse.ArgumentParser, required: bool = True) -> None:
@@ -373,6 +389,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _from(s)
     s.add_argument("--against", type=_name, required=True, help="the evaluation environment id, e.g. tau3-banking")
     s.add_argument("--data-dir", **data_dir)
+    s.add_argument(
+        "--task-ids",
+        type=_names,
+        metavar="ID,ID,...",
+        help="only these of its tasks (a held-out split; default: all of them)",
+    )
+    s.add_argument(
+        "--detectors",
+        type=_names,
+        metavar="NAME,...",
+        help="detectors to run (default: all: chain, chain_abstract, ids, state_change, ngram, embedding; "
+        "chain,ids,ngram,embedding removes copies of the evaluation tasks and keeps other instances of their "
+        "procedures)",
+    )
     _common(s)
     s.set_defaults(fn=cmd_decontaminate)
 

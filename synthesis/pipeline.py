@@ -522,10 +522,15 @@ def _hopeless(verdicts: list[dict[str, Any]], templates: dict[str, Any]) -> set[
 
 
 class _Guard:
-    """The evaluation set a decontaminated run was checked against, to check new tasks on arrival."""
+    """The evaluation set a decontaminated run was checked against, to check new tasks on arrival.
 
-    def __init__(self, domain: Any, evaluation: Any):
+    Every pass recorded in ``decontamination.json`` (its evaluation tasks and detectors) is checked:
+    a later, narrower pass never loosens what an earlier one enforced.
+    """
+
+    def __init__(self, domain: Any, evaluation: Any, passes: list[dict[str, Any]] | None = None):
         self.domain, self.evaluation = domain, evaluation
+        self.passes = passes or [{"task_ids": None, "detectors": None}]
 
     @classmethod
     def of(cls, run: Any, domain: Any) -> _Guard | None:
@@ -541,7 +546,7 @@ class _Guard:
         else:
             kwargs = {}
         try:
-            return cls(domain, registry.load_domain(record["against"], **kwargs))
+            return cls(domain, registry.load_domain(record["against"], **kwargs), record.get("passes"))
         except Error as e:
             raise SynthesisError(
                 f"{run.path}: this run was decontaminated against {record['against']}, which cannot be loaded "
@@ -550,10 +555,20 @@ class _Guard:
 
     def check(self, tasks: list[Task], verdicts: list[dict[str, Any]]) -> set[str]:
         """The ids of ``tasks`` that resemble the evaluation set; their verdicts become rejections."""
-        from tau_env.synthesis.decontam import decontaminate
+        from tau_env.synthesis.decontam import DETECTORS, decontaminate
 
-        report = decontaminate(tasks, list(self.evaluation.tasks), domain=self.domain, against_domain=self.evaluation)
-        why = {r["id"]: r["reasons"] for r in report.removed}
+        why: dict[str, list[dict[str, Any]]] = {}
+        for one in self.passes:
+            against = _evaluation_tasks(self.evaluation, one.get("task_ids"))
+            report = decontaminate(
+                tasks,
+                against,
+                domain=self.domain,
+                against_domain=self.evaluation,
+                detectors=one.get("detectors") or DETECTORS,
+            )
+            for r in report.removed:
+                why.setdefault(r["id"], []).extend(r["reasons"])
         for v in verdicts:
             task_id = (v.get("task") or {}).get("id")
             if task_id in why:
@@ -564,6 +579,22 @@ class _Guard:
                     ).to_dict()
                 ]
         return set(why)
+
+
+def _evaluation_tasks(evaluation: Any, task_ids: Sequence[str] | None) -> list[Task]:
+    """``evaluation``'s tasks, or those of ``task_ids`` (each must be one of them)."""
+    tasks = list(evaluation.tasks)
+    if task_ids is None:
+        return tasks
+    by_id = {t.id: t for t in tasks}
+    unknown = [i for i in task_ids if i not in by_id]
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:5])) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise SynthesisError(
+            f"decontaminate: {evaluation.name} has no task {shown}; its tasks are e.g. "
+            f"{', '.join(list(by_id)[:5])} ({len(by_id)} in all)."
+        )
+    return [by_id[i] for i in dict.fromkeys(task_ids)]
 
 
 def _reflect(
@@ -761,18 +792,51 @@ def _nonempty(run: Any, name: str) -> Path:
 
 
 def run_decontaminate(
-    run_dir: str | Path, *, against: str, data_dir: str | Path | None = None, embedder: Any = None
+    run_dir: str | Path,
+    *,
+    against: str,
+    data_dir: str | Path | None = None,
+    embedder: Any = None,
+    task_ids: Sequence[str] | None = None,
+    detectors: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Remove the run's tasks that resemble ``against``'s (an env id) and say why, in ``decontamination.json``.
 
     The removed tasks move out of ``tasks.jsonl`` / ``composite.jsonl`` into ``contaminated.jsonl``.
     Once a run is decontaminated, ``run_tasks`` on it checks every new task against the same
     evaluation set before accepting it, so topping a run up to ``n`` again stays clean.
+
+    Args:
+        task_ids: Only these of ``against``'s tasks (e.g. a held-out split); default: all of them.
+        detectors: The detectors of :func:`tau_env.synthesis.decontam.decontaminate` to run; default:
+            all. ``("chain", "ids", "ngram", "embedding")`` removes copies of the evaluation tasks
+            (their chains, customers and records, wording) but keeps other instances of the same
+            procedures, which ``chain_abstract`` and ``state_change`` remove.
     """
-    from tau_env.synthesis.decontam import decontaminate
+    from tau_env.synthesis.decontam import DETECTORS, decontaminate
 
     from tau_env.registry import registry
 
+    if task_ids is not None:
+        if (
+            isinstance(task_ids, str)
+            or not isinstance(task_ids, Sequence)
+            or not task_ids
+            or not all(isinstance(i, str) and i for i in task_ids)
+        ):
+            raise InvalidOptionError(f"decontaminate: task_ids must be a non-empty list of task ids, not {task_ids!r}.")
+        task_ids = list(dict.fromkeys(task_ids))
+    if detectors is not None:
+        if isinstance(detectors, str) or not isinstance(detectors, Sequence) or not detectors:
+            raise InvalidOptionError(
+                f"decontaminate: detectors must be a non-empty list of {list(DETECTORS)}, not {detectors!r}."
+            )
+        unknown = [d for d in detectors if d not in DETECTORS]
+        if unknown:
+            raise InvalidOptionError(f"decontaminate: unknown detectors {unknown}; choose from {list(DETECTORS)}.")
+        detectors = list(dict.fromkeys(detectors))
+        if set(detectors) == set(DETECTORS):
+            detectors = None  # all of them, as by default
     run = _open(run_dir, None, None, None, None, True)
     with run:
         domain = run.domain()
@@ -786,6 +850,7 @@ def run_decontaminate(
             evaluation = registry.load_domain(against, **kwargs)
         except Error as e:
             raise SynthesisError(f"--against {against}: {e}") from e
+        against_tasks = _evaluation_tasks(evaluation, task_ids)  # checked before anything moves
         removed_all: list[dict[str, Any]] = []
         checked = kept_n = 0
         by_detector: Counter = Counter()
@@ -794,7 +859,12 @@ def run_decontaminate(
             if not tasks:
                 continue
             report = decontaminate(
-                tasks, list(evaluation.tasks), domain=domain, against_domain=evaluation, embedder=embedder
+                tasks,
+                against_tasks,
+                domain=domain,
+                against_domain=evaluation,
+                embedder=embedder,
+                detectors=detectors or DETECTORS,
             )
             gone = {r["id"] for r in report.removed}
             checked += len(tasks)
@@ -807,13 +877,18 @@ def run_decontaminate(
                     [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id in gone],
                 )
                 run.rewrite(name, [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id not in gone])
+        this_pass = {"task_ids": task_ids, "detectors": detectors}
+        passes = [this_pass]
         before = run.read_json("decontamination.json", {}) or {}
         if before.get("against") == against:  # a later pass adds to the earlier one's record
             removed_all = [*before.get("removed", []), *removed_all]
             by_detector.update(before.get("by_detector", {}))
+            earlier = before.get("passes") or [{"task_ids": None, "detectors": None}]
+            passes = [*earlier, *([this_pass] if this_pass not in earlier else [])]
         result = {
             "against": against,
             "data_dir": kwargs.get("data_dir"),
+            "passes": passes,
             "checked": checked,
             "kept": kept_n,
             "removed": removed_all,

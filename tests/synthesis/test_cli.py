@@ -128,7 +128,17 @@ def test_compose_sft_rl_decontaminate_report(calls, run_dir, capsys):
     assert name == "run_rl" and kw["rollouts"] == 4 and kw["band"] == (0.2, 0.7) and kw["policy"]["model"] == "P"
 
     assert main(["synth", "decontaminate", "--from", str(run_dir), "--against", "tau3-banking"]) == 0
-    assert calls[-1][2] == {"against": "tau3-banking", "data_dir": None, "quiet": False}
+    assert calls[-1][2] == {
+        "against": "tau3-banking",
+        "data_dir": None,
+        "task_ids": None,
+        "detectors": None,
+        "quiet": False,
+    }
+    argv = ["synth", "decontaminate", "--from", str(run_dir), "--against", "harbor-bank-v0"]
+    assert main([*argv, "--task-ids", "found_card_unlock, travel_notice_simple", "--detectors", "chain,ids"]) == 0
+    assert calls[-1][2]["task_ids"] == ["found_card_unlock", "travel_notice_simple"]
+    assert calls[-1][2]["detectors"] == ["chain", "ids"]
 
     capsys.readouterr()
     assert main(["synth", "report", str(run_dir)]) == 0
@@ -162,6 +172,9 @@ def test_compose_sft_rl_decontaminate_report(calls, run_dir, capsys):
         (["synth", "report", "{missing}"], "does not exist"),
         (["synth", "nope"], "invalid choice"),
         (["synth"], "required"),
+        (["synth", "decontaminate", "--from", "{run}", "--against", "e", "--task-ids", "a,,b"], "separated by commas"),
+        (["synth", "decontaminate", "--from", "{run}", "--against", "e", "--detectors", " "], "separated by commas"),
+        (["synth", "decontaminate", "--from", "{run}", "--against", "e", "--detectors", "chain,"], "--detectors"),
     ],
 )
 def test_flag_errors_are_one_line_and_status_2(calls, run_dir, tmp_path, capsys, argv, message):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -11,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tau_env.synthesis import pipeline
 from tau_env.synthesis.errors import SynthesisError
 from tau_env.synthesis.records import Provenance, chain_signature
@@ -338,3 +342,97 @@ def test_a_refused_model_wording_is_asked_again_with_what_was_wrong(tmp_path):
     assert all(v["regenerations"] >= 1 for v in accepted)
     retries = [r for r in server.requests if "A previous version was rejected" in r["messages"][1]["content"]]
     assert retries and "request" in retries[0]["messages"][1]["content"]
+
+
+def _decontam_pair(tmp_path: Path) -> tuple[Path, Path, dict[str, set[str]]]:
+    """Two copies of one Harbor Bank run; the first decontaminated against Harbor Bank with every
+    detector. Returns both folders and, per shipped task, the run's tasks that only a procedure-level
+    detector (``chain_abstract``, ``state_change``) matched to it."""
+    full, split = tmp_path / "full", tmp_path / "split"
+    pipeline.run_tasks(full, ENV, n=60, batch=60, seed=1)
+    shutil.copytree(full, split)
+    pipeline.run_decontaminate(full, against=ENV)
+    by_eval: dict[str, set[str]] = {}
+    for r in json.loads((full / "decontamination.json").read_text())["removed"]:
+        if {x["detector"] for x in r["reasons"]} <= {"chain_abstract", "state_change"}:
+            for x in r["reasons"]:
+                by_eval.setdefault(x["against_id"], set()).add(r["id"])
+    return full, split, by_eval
+
+
+def test_decontamination_against_a_split_with_instance_detectors_removes_copies_and_keeps_the_procedures(tmp_path):
+    full, split, by_eval = _decontam_pair(tmp_path)
+    assert by_eval, "the run should share procedures with some shipped tasks"
+    chosen = sorted(by_eval, key=lambda k: (-len(by_eval[k]), k))[:2]
+    shipped = {t.id: t for t in tau_env.registry.load_domain(ENV).tasks}
+    planted = shipped[chosen[0]].model_copy(update={"id": "planted"}).model_dump(mode="json", exclude_defaults=True)
+    with (split / "tasks.jsonl").open("a") as f:
+        f.write(json.dumps(planted) + "\n")
+    instance = ["chain", "ids", "ngram", "embedding"]
+    result = pipeline.run_decontaminate(split, against=ENV, task_ids=chosen, detectors=instance)
+    record = json.loads((split / "decontamination.json").read_text())
+    assert record["passes"] == [{"task_ids": chosen, "detectors": instance}]
+    removed = {r["id"]: r["reasons"] for r in record["removed"]}
+    assert "chain" in {x["detector"] for x in removed["planted"]}  # a copy of a split task goes
+    assert all(x["against_id"] in chosen and x["detector"] in instance for rs in removed.values() for x in rs)
+    kept = {t["id"] for t in lines(split / "tasks.jsonl")}
+    assert result["kept"] == len(kept) and result["checked"] == len(kept) + len(removed)
+    # other instances of the split tasks' procedures stay (every detector removed them in the full run)
+    procedure_only = set().union(*(by_eval[c] for c in chosen)) - set(removed)
+    assert procedure_only and procedure_only <= kept
+    assert not procedure_only & {t["id"] for t in lines(full / "tasks.jsonl")}
+
+
+def test_a_narrower_pass_keeps_the_earlier_ones_guard_on_a_top_up(tmp_path):
+    full, _, by_eval = _decontam_pair(tmp_path)
+    n = len(lines(full / "tasks.jsonl"))
+    pipeline.run_decontaminate(full, against=ENV, task_ids=sorted(by_eval)[:1], detectors=["ids"])
+    record = json.loads((full / "decontamination.json").read_text())
+    assert record["passes"] == [
+        {"task_ids": None, "detectors": None},
+        {"task_ids": sorted(by_eval)[:1], "detectors": ["ids"]},
+    ]
+    pipeline.run_tasks(full, n=n + 15, batch=30)  # the top-up is checked against both passes
+    assert len(lines(full / "tasks.jsonl")) == n + 15
+    pipeline.run_decontaminate(full, against=ENV)
+    again = json.loads((full / "decontamination.json").read_text())
+    assert len(again["removed"]) == len(record["removed"])  # the full pass found nothing new after the top-up
+    assert again["passes"] == record["passes"]  # the same settings again add no pass
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    task_ids=st.one_of(
+        st.text(max_size=8),
+        st.just([]),
+        st.lists(st.one_of(st.integers(), st.none(), st.just(""), st.lists(st.text(max_size=3))), min_size=1),
+        st.lists(st.text(min_size=1, max_size=12).filter(lambda s: s not in _shipped_ids()), min_size=1),
+        st.integers(),
+    ),
+)
+def test_a_bad_task_id_list_is_refused_clearly_and_moves_nothing(decon_run, task_ids):
+    before = {p.name: p.read_bytes() for p in decon_run.iterdir() if p.is_file()}
+    with pytest.raises((tau_env.error.InvalidOptionError, SynthesisError), match="decontaminate: "):
+        pipeline.run_decontaminate(decon_run, against=ENV, task_ids=task_ids)
+    assert {p.name: p.read_bytes() for p in decon_run.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("detectors", ["chain", [], ["chain", "bogus"], 5, [None]])
+def test_bad_detectors_are_refused_clearly_and_move_nothing(decon_run, detectors):
+    before = {p.name: p.read_bytes() for p in decon_run.iterdir() if p.is_file()}
+    with pytest.raises(tau_env.error.InvalidOptionError, match="detectors"):
+        pipeline.run_decontaminate(decon_run, against=ENV, detectors=detectors)
+    assert {p.name: p.read_bytes() for p in decon_run.iterdir() if p.is_file()} == before
+    assert not (decon_run / "decontamination.json").exists()
+
+
+@functools.cache
+def _shipped_ids() -> frozenset[str]:
+    return frozenset(t.id for t in tau_env.registry.load_domain(ENV).tasks)
+
+
+@pytest.fixture(scope="module")
+def decon_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("decon") / "run"
+    pipeline.run_tasks(out, ENV, n=6, batch=10)
+    return out
