@@ -455,14 +455,16 @@ def run_tasks(
                                         "duplicate", "plan", "the same reference chain as an accepted task"
                                     ).to_dict()
                                 ]
-                            elif accepted < n:
+                            else:
                                 seen.add(sig)
                                 fresh.append(task)
-                                accepted += 1
                     if guard is not None and fresh:  # a decontaminated run stays clean when topped up
+                        # before the cut at n: a rejected task's place goes to the next clean one, so
+                        # a round with clean accepted tasks always keeps one or reaches n
                         dirty = guard.check(fresh, chunk)
-                        accepted -= len(dirty)
                         fresh = [t for t in fresh if t.id not in dirty]
+                    fresh = fresh[: max(0, n - accepted)]  # the rest passed but are not needed
+                    accepted += len(fresh)
                     run.append("verdicts.jsonl", chunk)
                     run.append("tasks.jsonl", [t.model_dump(mode="json", exclude_defaults=True) for t in fresh])
                     verdicts += chunk

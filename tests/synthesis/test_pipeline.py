@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tau_env.synthesis import pipeline
 from tau_env.synthesis.errors import SynthesisError
-from tau_env.synthesis.records import Provenance, chain_signature
+from tau_env.synthesis.records import Problem, Provenance, chain_signature
 
 import tau_env
 from tests.conftest import TAU3_DATA, needs_tau3_data
@@ -398,6 +398,35 @@ def test_a_narrower_pass_keeps_the_earlier_ones_guard_on_a_top_up(tmp_path):
     again = json.loads((full / "decontamination.json").read_text())
     assert len(again["removed"]) == len(record["removed"])  # the full pass found nothing new after the top-up
     assert again["passes"] == record["passes"]  # the same settings again add no pass
+
+
+@pytest.mark.parametrize("rejected_first", [1, 3, 8])
+def test_a_top_up_whose_first_tasks_are_contaminated_fills_with_the_clean_ones(tmp_path, monkeypatch, rejected_first):
+    # the guard rejecting the first tasks of every chunk, with fewer places left than it rejects,
+    # once kept the run going round after round with nothing kept (the cut at n came first)
+    out = tmp_path / "run"
+    pipeline.run_tasks(out, ENV, n=8, batch=20, seed=2)
+    pipeline.run_decontaminate(out, against=ENV)
+    n = len(lines(out / "tasks.jsonl"))
+    check = pipeline._Guard.check
+    rejected: set[str] = set()
+
+    def first_ones_dirty(self, tasks, verdicts):
+        dirty = check(self, tasks, verdicts) | {t.id for t in tasks[:rejected_first]}
+        for v in verdicts:
+            if (v.get("task") or {}).get("id") in dirty:
+                v["accepted"] = False
+                v["problems"] = [Problem("contamination", "plan", "planted by the test").to_dict()]
+        rejected.update(dirty)
+        return dirty
+
+    monkeypatch.setattr(pipeline._Guard, "check", first_ones_dirty)
+    result = pipeline.run_tasks(out, n=n + 2, batch=20, max_rounds=6)
+    kept = [t["id"] for t in lines(out / "tasks.jsonl")]
+    assert result["accepted"] == len(kept) == n + 2
+    assert rejected and not rejected & set(kept)
+    accepted = {v["task"]["id"] for v in lines(out / "verdicts.jsonl") if v["accepted"]}
+    assert set(kept) <= accepted
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
