@@ -78,19 +78,33 @@ INSTANCE_DETECTORS = ("chain", "ids", "ngram", "embedding")
 DEFAULT_MODEL = Path.home() / ".cache" / "tau_env_e2e" / "smollm2"
 
 
-def pass_at_1(rewards: list[float]) -> dict[str, Any]:
-    """Mean reward and its standard error over episodes (sample std / sqrt(n))."""
+def pass_at_1(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean reward with two standard errors: ``se`` over tasks (the sample std of the per-task means
+    / sqrt(tasks), as ``tau-env eval`` reports it; the SFT bar uses it, since the trials of one task
+    are not independent draws) and ``se_episodes`` over episodes (sample std / sqrt(episodes); runs
+    1-13 reported this one)."""
+    from tau_env.harness.metrics import compute_metrics
+
+    m = compute_metrics(records)
+    rewards = [float(r["reward"]) for r in records]
     n = len(rewards)
     mean = sum(rewards) / n if n else float("nan")
     var = sum((r - mean) ** 2 for r in rewards) / (n - 1) if n > 1 else 0.0
-    return {"pass@1": mean, "se": math.sqrt(var / n) if n > 1 else None, "episodes": n}
+    return {
+        "pass@1": mean,
+        "se": m["pass@1_se"] if m["tasks"] > 1 else None,
+        "se_episodes": math.sqrt(var / n) if n > 1 else None,
+        "episodes": n,
+        "tasks": m["tasks"],
+    }
 
 
 def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
-    """One table line per stage: pass@1, its standard error, episodes, evaluation seconds."""
+    """One table line per stage: pass@1, its standard errors (over tasks, over episodes), episodes,
+    evaluation seconds."""
     for name, r in rows:
-        se_text = "-" if r["se"] is None else f"{r['se']:.3f}"
-        print(f"{name:<12} {r['pass@1']:>7.3f} {se_text:>6} {r['episodes']:>8} {r['seconds']:>7.0f}")
+        se, se_ep = ("-" if r[k] is None else f"{r[k]:.3f}" for k in ("se", "se_episodes"))
+        print(f"{name:<12} {r['pass@1']:>7.3f} {se:>6} {se_ep:>6} {r['episodes']:>8} {r['seconds']:>7.0f}")
 
 
 def evaluate(
@@ -137,12 +151,11 @@ def evaluate(
         path = out / f"shard-{k}" / "trajectories.jsonl"
         records += [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     records = [r for r in records if r.get("termination_reason") != "infrastructure_error"]
-    rewards = [float(r["reward"]) for r in records]
     per_task: dict[str, list[float]] = {}
     for r in records:
         per_task.setdefault(r["task_id"], []).append(float(r["reward"]))
     return {
-        **pass_at_1(rewards),
+        **pass_at_1(records),
         "per_task": {k: sum(v) / len(v) for k, v in per_task.items()},
         "seconds": round(time.perf_counter() - started, 1),
         "checkpoint": str(checkpoint),
@@ -550,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [("before", before), ("after SFT", after_sft), ("after GRPO", after_grpo)]
     print(f"held-out Harbor Bank tasks: {len(heldout)} x {args.trials} trials (retrieval {args.retrieval})")
-    print(f"{'stage':<12} {'pass@1':>7} {'se':>6} {'episodes':>8} {'eval s':>7}")
+    print(f"{'stage':<12} {'pass@1':>7} {'se':>6} {'se ep.':>6} {'episodes':>8} {'eval s':>7}")
     print_stages(rows)
     if args.indist:
         print(f"in-distribution synthesized tasks (new customers): {len(indist_ids)} x {args.trials} trials")
