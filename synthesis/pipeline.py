@@ -458,7 +458,7 @@ def run_tasks(
                             else:
                                 seen.add(sig)
                                 fresh.append(task)
-                    if guard is not None and fresh:  # a decontaminated run stays clean when topped up
+                    if guard is not None and fresh and accepted < n:  # a decontaminated run stays clean when topped up
                         # before the cut at n: a rejected task's place goes to the next clean one, so
                         # a round with clean accepted tasks always keeps one or reaches n
                         dirty = guard.check(fresh, chunk)
