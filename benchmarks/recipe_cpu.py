@@ -86,16 +86,15 @@ def pass_at_1(records: list[dict[str, Any]]) -> dict[str, Any]:
     from tau_env.harness.metrics import compute_metrics
 
     m = compute_metrics(records)
-    rewards = [float(r["reward"]) for r in records]
-    n = len(rewards)
-    mean = sum(rewards) / n if n else float("nan")
-    var = sum((r - mean) ** 2 for r in rewards) / (n - 1) if n > 1 else 0.0
+    n, mean = m["episodes"], m["pass@1"]
+    var = sum((float(r["reward"]) - mean) ** 2 for r in records) / (n - 1) if n > 1 else 0.0
     return {
         "pass@1": mean,
         "se": m["pass@1_se"] if m["tasks"] > 1 else None,
         "se_episodes": math.sqrt(var / n) if n > 1 else None,
         "episodes": n,
         "tasks": m["tasks"],
+        "per_task": {t: sum(v["rewards"]) / len(v["rewards"]) for t, v in m["per_task"].items()},
     }
 
 
@@ -151,12 +150,8 @@ def evaluate(
         path = out / f"shard-{k}" / "trajectories.jsonl"
         records += [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     records = [r for r in records if r.get("termination_reason") != "infrastructure_error"]
-    per_task: dict[str, list[float]] = {}
-    for r in records:
-        per_task.setdefault(r["task_id"], []).append(float(r["reward"]))
     return {
         **pass_at_1(records),
-        "per_task": {k: sum(v) / len(v) for k, v in per_task.items()},
         "seconds": round(time.perf_counter() - started, 1),
         "checkpoint": str(checkpoint),
         "results": str(out),
