@@ -98,12 +98,103 @@ def pass_at_1(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _agent_calls(record: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The agent's tool calls in an episode record, as (name, parsed arguments); arguments that are not
+    JSON stay the text they were (they match no reference call)."""
+    calls = []
+    for event in record.get("events") or []:
+        if event.get("seat") != "agent":
+            continue
+        for tc in (event.get("message") or {}).get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            raw = fn.get("arguments")
+            try:
+                args = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                args = raw
+            calls.append((fn.get("name"), args))
+    return calls
+
+
+def route(records: list[dict[str, Any]], references: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Where the agent's episodes meet the reference route (diagnostics, not a score): how many episodes
+    made the reference's ``verify_identity`` call exactly, unlocked every tool the reference unlocks,
+    called the reference's last agent action by name and exactly (name and arguments), and the mean
+    share of the reference's agent calls made exactly (each matched once). ``references``: task id ->
+    its reference actions (``name``, ``arguments``, ``requestor``). A count's denominator is the
+    episodes whose reference has that step (the decline of a limit unlocks nothing)."""
+    counts = {k: [0, 0] for k in ("identity_verified", "tool_unlocked", "last_call_named", "last_call_exact")}
+    shares = []
+    for r in records:
+        ref = [a for a in references.get(r["task_id"], []) if a.get("requestor", "agent") == "agent"]
+        if not ref:
+            continue
+        calls = _agent_calls(r)
+
+        def made(name: str, args: Any, calls: list[tuple[str, Any]] = calls) -> bool:
+            return (name, args) in calls
+
+        verify = [a for a in ref if a["name"] == "verify_identity"]
+        if verify:
+            counts["identity_verified"][1] += 1
+            counts["identity_verified"][0] += made("verify_identity", verify[-1]["arguments"])
+        unlocks = [a for a in ref if a["name"] == "unlock_tool"]
+        if unlocks:
+            counts["tool_unlocked"][1] += 1
+            counts["tool_unlocked"][0] += all(made("unlock_tool", a["arguments"]) for a in unlocks)
+        last = ref[-1]
+        counts["last_call_named"][1] += 1
+        counts["last_call_named"][0] += any(name == last["name"] for name, _ in calls)
+        counts["last_call_exact"][1] += 1
+        counts["last_call_exact"][0] += made(last["name"], last["arguments"])
+        left, hit = list(calls), 0
+        for a in ref:
+            if (a["name"], a["arguments"]) in left:
+                left.remove((a["name"], a["arguments"]))
+                hit += 1
+        shares.append(hit / len(ref))
+    return {
+        **{k: {"episodes": n, "of": d} for k, (n, d) in counts.items()},
+        "reference_calls_made": sum(shares) / len(shares) if shares else None,
+    }
+
+
+def references_of(tasks: list[str], tasks_file: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Reference actions of ``tasks``: the domain's shipped tasks, or those of ``tasks_file``."""
+    import tau_env
+
+    loaded = tau_env.load_tasks(tasks_file) if tasks_file is not None else None
+    if loaded is None:
+        env = tau_env.make(ENV)
+        try:
+            loaded = list(env.domain.tasks)
+        finally:
+            env.close()
+    wanted = set(tasks)
+    return {
+        t.id: [{"name": a.name, "arguments": a.arguments, "requestor": a.requestor} for a in t.actions]
+        for t in loaded
+        if t.id in wanted
+    }
+
+
 def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
     """One table line per stage: pass@1, its standard errors (over tasks, over episodes), episodes,
-    evaluation seconds."""
+    evaluation seconds; then one line per stage of :func:`route`'s counts."""
+    print(f"{'stage':<12} {'pass@1':>7} {'se':>6} {'se ep.':>6} {'episodes':>8} {'eval s':>7}")
     for name, r in rows:
         se, se_ep = ("-" if r[k] is None else f"{r[k]:.3f}" for k in ("se", "se_episodes"))
         print(f"{name:<12} {r['pass@1']:>7.3f} {se:>6} {se_ep:>6} {r['episodes']:>8} {r['seconds']:>7.0f}")
+    print(f"{'stage':<12} {'verified':>9} {'unlocked':>9} {'last named':>10} {'last exact':>10} {'ref. calls':>10}")
+    for name, r in rows:
+        rt = r.get("route") or {}
+        cells = [
+            f"{rt[k]['episodes']}/{rt[k]['of']}" if k in rt else "-"
+            for k in ("identity_verified", "tool_unlocked", "last_call_named", "last_call_exact")
+        ]
+        share = rt.get("reference_calls_made")
+        cells.append("-" if share is None else f"{share:.2f}")
+        print(f"{name:<12} {cells[0]:>9} {cells[1]:>9} {cells[2]:>10} {cells[3]:>10} {cells[4]:>10}")
 
 
 def evaluate(
@@ -152,6 +243,7 @@ def evaluate(
     records = [r for r in records if r.get("termination_reason") != "infrastructure_error"]
     return {
         **pass_at_1(records),
+        "route": route(records, references_of(tasks, tasks_file)),
         "seconds": round(time.perf_counter() - started, 1),
         "checkpoint": str(checkpoint),
         "results": str(out),
@@ -558,7 +650,6 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [("before", before), ("after SFT", after_sft), ("after GRPO", after_grpo)]
     print(f"held-out Harbor Bank tasks: {len(heldout)} x {args.trials} trials (retrieval {args.retrieval})")
-    print(f"{'stage':<12} {'pass@1':>7} {'se':>6} {'se ep.':>6} {'episodes':>8} {'eval s':>7}")
     print_stages(rows)
     if args.indist:
         print(f"in-distribution synthesized tasks (new customers): {len(indist_ids)} x {args.trials} trials")
