@@ -178,6 +178,99 @@ def references_of(tasks: list[str], tasks_file: Path | None = None) -> dict[str,
     }
 
 
+def turn_spans(mask: list[int]) -> list[tuple[int, int]]:
+    """The trained turns of a sequence: [start, end) of each run of 1s in its loss mask."""
+    spans, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+def turn_report(ids: list[int], mask: list[int], predicted: list[int], nll: list[float]) -> list[dict[str, Any]]:
+    """Per trained turn of a teacher-forced sequence: ``exact`` when the model's most likely next token
+    is the teacher's at every position of the turn, ``first_miss`` the offset in the turn of the first
+    that is not (None if exact), ``nll`` the mean negative log-likelihood of the turn's tokens.
+    ``predicted[i]`` and ``nll[i]`` are for the token at ``i`` (given the tokens before it; the first
+    token of a sequence is never a trained one)."""
+    rows = []
+    for a, b in turn_spans(mask):
+        if a == 0:
+            raise ValueError("the first token of a sequence is predicted from nothing: it cannot be a trained token")
+        miss = next((k - a for k in range(a, b) if predicted[k] != ids[k]), None)
+        rows.append(
+            {"start": a, "tokens": b - a, "exact": miss is None, "first_miss": miss, "nll": sum(nll[a:b]) / (b - a)}
+        )
+    return rows
+
+
+def _turn_label(message: dict[str, Any]) -> str:
+    calls = message.get("tool_calls") or []
+    return ((calls[0].get("function") or {}).get("name") or "?") if calls else "text"
+
+
+def teacher_forced(checkpoint: Path, examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """How a checkpoint does on the teacher's own episodes of the held-out tasks, teacher-forced: per
+    trained turn (an agent turn: a lookup, an unlock, a question, a call), whether greedy decoding
+    would write it exactly, given the teacher's conversation so far. Apart from pass@1, where one
+    wrong turn ends the episode, it tells which decisions are learnt: the first turn is the choice of
+    procedure (the lookup), the last call the database write. Examples as ``tau-env export-sft``
+    writes them; sequences as the trainers tokenize them."""
+    import torch
+    from tau_env.reference_trainers.checkpoint import load_checkpoint
+    from tau_env.reference_trainers.cpu_common import tokenize_sft_example
+
+    ckpt = load_checkpoint(checkpoint)
+    model = ckpt.model.eval()
+    per_task: dict[str, list[dict[str, Any]]] = {}
+    for ex in examples:
+        sample = tokenize_sft_example(ckpt.tokenizer, ex, ckpt.chat_template)
+        ids = torch.tensor([sample.input_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, :-1].float()
+        logp = torch.log_softmax(logits, -1)
+        target = ids[0, 1:]
+        predicted = [-1, *logits.argmax(-1).tolist()]
+        nll = [0.0, *(-logp.gather(1, target[:, None])[:, 0]).tolist()]
+        rows = turn_report(sample.input_ids, sample.loss_mask, predicted, nll)
+        labels = [_turn_label(m) for m, t in zip(ex["messages"], ex["train"]) if t and m.get("role") == "assistant"]
+        for row, label in zip(rows, labels):
+            row["turn"] = label
+        per_task[str(ex.get("task_id"))] = rows
+    turns = [r for rows in per_task.values() for r in rows]
+    return {
+        "turns": len(turns),
+        "turns_exact": sum(r["exact"] for r in turns),
+        "first_turn_exact": sum(rows[0]["exact"] for rows in per_task.values() if rows),
+        "last_call_exact": sum(
+            next((r["exact"] for r in reversed(rows) if r.get("turn") != "text"), False) for rows in per_task.values()
+        ),
+        "episodes": len(per_task),
+        "per_task": per_task,
+    }
+
+
+def heldout_teacher_examples(out: Path, tasks: list[str], retrieval: str) -> list[dict[str, Any]]:
+    """The teacher's successful episodes on the held-out tasks, as SFT examples (for
+    :func:`teacher_forced`; never trained on)."""
+    import tau_env
+    from tau_env.sft import select, to_example
+
+    run = tau_env.evaluate(
+        ENV,
+        tau_env.TeacherAgent(lookup="early"),
+        tau_env.ScriptedUser,
+        task_ids=tasks,
+        out_dir=out,
+        retrieval=retrieval,
+        max_steps=40,
+    )
+    return [to_example(e) for e in select(r.to_dict() for r in run.results)]
+
+
 def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
     """One table line per stage: pass@1, its standard errors (over tasks, over episodes), episodes,
     evaluation seconds; then one line per stage of :func:`route`'s counts."""
@@ -573,6 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     # -- before training: the starting model as a step-0 checkpoint, evaluated as the trained ones are
     base = base_checkpoint(model_dir, out / "base", retrieval=args.retrieval, max_new_tokens=args.max_new_tokens)
     before = evaluate(base, out / "eval_before", args, heldout)
+    # the same checkpoints teacher-forced on the teacher's episodes of the held-out tasks: which turns are learnt
+    forced_examples = heldout_teacher_examples(out / "heldout_teacher", heldout, args.retrieval)
+    forced = {"before": teacher_forced(base, forced_examples)}
     indist: dict[str, Any] = {}
     if args.indist:
         indist_file, indist_ids = indist_tasks(out, synth, args.indist, args.seed + 1, decon_settings)
@@ -602,6 +698,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     timings["sft_s"] = time.perf_counter() - t
     after_sft = evaluate(sft_ckpt, out / f"eval_sft_{sft_ckpt.name}", args, heldout)
+    forced["after_sft"] = teacher_forced(sft_ckpt, forced_examples)
     if args.indist:
         folder = out / f"eval_indist_sft_{sft_ckpt.name}"
         indist["after_sft"] = evaluate(sft_ckpt, folder, args, indist_ids, indist_file)
@@ -642,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     timings["grpo_s"] = time.perf_counter() - t
     after_grpo = evaluate(grpo_ckpt, grpo_dir.with_name(f"eval_{grpo_dir.name}_{grpo_ckpt.name}"), args, heldout)
+    forced["after_grpo"] = teacher_forced(grpo_ckpt, forced_examples)
     if args.indist:
         folder = grpo_dir.with_name(f"eval_indist_{grpo_dir.name}_{grpo_ckpt.name}")
         indist["after_grpo"] = evaluate(grpo_ckpt, folder, args, indist_ids, indist_file)
@@ -651,6 +749,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("before", before), ("after SFT", after_sft), ("after GRPO", after_grpo)]
     print(f"held-out Harbor Bank tasks: {len(heldout)} x {args.trials} trials (retrieval {args.retrieval})")
     print_stages(rows)
+    print(f"teacher-forced on the teacher's episodes of the held-out tasks ({len(forced_examples)}): greedy turns")
+    print(f"{'stage':<12} {'turns exact':>12} {'first turn':>11} {'last call':>10}")
+    for name, key in (("before", "before"), ("after SFT", "after_sft"), ("after GRPO", "after_grpo")):
+        f = forced[key]
+        cells = (f"{f['turns_exact']}/{f['turns']}", f"{f['first_turn_exact']}/{f['episodes']}")
+        print(f"{name:<12} {cells[0]:>12} {cells[1]:>11} {f['last_call_exact']:>6}/{f['episodes']}")
     if args.indist:
         print(f"in-distribution synthesized tasks (new customers): {len(indist_ids)} x {args.trials} trials")
         stages = (("before", "before"), ("after SFT", "after_sft"), ("after GRPO", "after_grpo"))
@@ -678,6 +782,7 @@ def main(argv: list[str] | None = None) -> int:
         "after_sft": after_sft,
         "after_grpo": after_grpo,
         "sft_rise": rise,
+        "teacher_forced": forced,
         "indist": {"tasks": indist_ids, **indist} if args.indist else None,
         "sft_rise_over_2se": bool(rise > 2 * se) if before["se"] is not None else None,
         "sft_loss": [r["loss"] for r in sft_rows],

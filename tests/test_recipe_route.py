@@ -1,5 +1,6 @@
-"""The CPU recipe's route diagnostics (benchmarks/recipe_cpu.py: ``route``): which steps of the
-reference route an evaluated agent made, counted from its episode records."""
+"""The CPU recipe's diagnostics (benchmarks/recipe_cpu.py): ``route``, which steps of the reference
+route an evaluated agent made, counted from its episode records; ``turn_report``, which trained
+turns of a teacher-forced episode greedy decoding would write exactly."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -140,3 +142,107 @@ def test_references_of_a_task_file(tmp_path):
     refs = recipe.references_of(["indist-x", "absent"], path)
     assert list(refs) == ["indist-x"]
     assert refs["indist-x"][-1]["name"] == "close_account_8837"
+
+
+def test_turn_report_by_hand():
+    ids = [7, 1, 2, 3, 9, 4, 4, 8]
+    mask = [0, 1, 1, 0, 0, 1, 1, 1]
+    predicted = [-1, 1, 2, 0, 0, 4, 5, 8]  # the second turn goes wrong at its second token
+    nll = [0.0, 0.2, 0.4, 9.0, 9.0, 0.1, 2.0, 0.3]
+    rows = recipe.turn_report(ids, mask, predicted, nll)
+    assert [(r["start"], r["tokens"], r["exact"], r["first_miss"]) for r in rows] == [
+        (1, 2, True, None),
+        (5, 3, False, 1),
+    ]
+    assert rows[0]["nll"] == pytest.approx(0.3)
+    assert rows[1]["nll"] == pytest.approx(0.8)
+    # untrained tokens' predictions never count
+    assert recipe.turn_report(ids, mask, [*predicted[:3], 1, 1, *predicted[5:]], nll)[0]["exact"]
+    with pytest.raises(ValueError, match="first token"):
+        recipe.turn_report([1, 2], [1, 0], [1, 2], [0.0, 0.0])
+
+
+@given(st.lists(st.integers(0, 1), max_size=40))
+def test_turn_spans_are_the_runs_of_ones(mask):
+    spans = recipe.turn_spans(mask)
+    covered = [i for a, b in spans for i in range(a, b)]
+    assert covered == [i for i, m in enumerate(mask) if m]
+    assert all(a < b for a, b in spans)
+    assert all(b1 < a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))  # runs are maximal: a 0 between
+
+
+@given(st.lists(st.integers(0, 1), min_size=2, max_size=40).map(lambda m: [0, *m]), st.data())
+def test_a_turn_is_exact_iff_every_prediction_in_it_is_right(mask, data):
+    ids = data.draw(st.lists(st.integers(0, 5), min_size=len(mask), max_size=len(mask)))
+    predicted = data.draw(st.lists(st.integers(0, 5), min_size=len(mask), max_size=len(mask)))
+    rows = recipe.turn_report(ids, mask, predicted, [1.0] * len(mask))
+    for r, (a, b) in zip(rows, recipe.turn_spans(mask)):
+        assert r["exact"] == (predicted[a:b] == ids[a:b])
+        assert r["exact"] == (r["first_miss"] is None)
+        assert r["exact"] or predicted[a + r["first_miss"]] != ids[a + r["first_miss"]]
+        assert r["nll"] == pytest.approx(1.0)
+
+
+class _Reader:
+    """A stand-in model that reads the sequence it is given: at each position its most likely next
+    token is the true next one, except at the positions in ``wrong`` (given as the index of the
+    predicted token), where it is another."""
+
+    def __init__(self, wrong: set[int] = frozenset(), vocab: int = 5000):
+        self.wrong, self.vocab = wrong, vocab
+
+    def eval(self):
+        return self
+
+    def __call__(self, ids):
+        import torch
+
+        n = ids.shape[1]
+        logits = torch.zeros(1, n, self.vocab)
+        for i in range(n - 1):
+            nxt = int(ids[0, i + 1])
+            logits[0, i, (nxt + 1) % self.vocab if i + 1 in self.wrong else nxt] = 10.0
+        return type("Out", (), {"logits": logits})()
+
+
+def test_teacher_forced_counts_the_turns_greedy_decoding_writes(tmp_path, monkeypatch):
+    """teacher_forced against a stand-in model that predicts the true next token everywhere (every turn
+    exact), everywhere but one token of the write call, or nowhere (no turn exact): the
+    turns, their labels and the counts follow; the positions are the trainers' own tokenization."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tau_env.reference_trainers import checkpoint as ckpt_mod
+    from tau_env.reference_trainers.cpu_common import build_tiny_model, tokenize_sft_example
+    from transformers import AutoTokenizer
+
+    task = "close_zero_balance_savings"
+    [ex] = recipe.heldout_teacher_examples(tmp_path / "teacher", [task], "grep")
+    tok = AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path / "tiny", [json.dumps(ex)] * 3)))
+    sample = tokenize_sft_example(tok, ex, tok.chat_template)
+    spans = recipe.turn_spans(sample.loss_mask)
+
+    def run(model):
+        loaded = ckpt_mod.Checkpoint(tmp_path, model, tok, {})
+        monkeypatch.setattr(ckpt_mod, "load_checkpoint", lambda path, **kw: loaded)
+        return recipe.teacher_forced(tmp_path, [ex])
+
+    perfect = run(_Reader())
+    rows = perfect["per_task"][task]
+    assert [r["turn"] for r in rows][:2] == ["grep_documents", "unlock_tool"]
+    assert [r["turn"] for r in rows][-2:] == ["close_account_8837", "text"]
+    assert [(r["start"], r["start"] + r["tokens"]) for r in rows] == spans
+    assert perfect["turns_exact"] == perfect["turns"] == len(spans)
+    assert (perfect["first_turn_exact"], perfect["last_call_exact"], perfect["episodes"]) == (1, 1, 1)
+
+    write = next(r for r in rows if r["turn"] == "close_account_8837")
+    one_off = run(_Reader({write["start"] + 5}))
+    missed = [r for r in one_off["per_task"][task] if not r["exact"]]
+    assert [(r["turn"], r["first_miss"]) for r in missed] == [("close_account_8837", 5)]
+    assert (one_off["first_turn_exact"], one_off["last_call_exact"]) == (1, 0)
+
+    # a mistake outside the trained turns (in a tool result) changes nothing
+    outside = next(i for i, m in enumerate(sample.loss_mask) if i > spans[0][1] and not m)
+    assert run(_Reader({outside}))["turns_exact"] == len(spans)
+
+    wrong = run(_Reader(set(range(len(sample.input_ids)))))
+    assert wrong["turns_exact"] == 0 and wrong["first_turn_exact"] == wrong["last_call_exact"] == 0
