@@ -13,12 +13,15 @@
    exported as ``tau-env export-sft`` does (successful episodes, agent turns after the greeting
    trained). Not the oracle's: it reads the customer's identity and the tool names from the task,
    and a model trained on it learns to invent them (runs 1 and 3 here did).
-4. pass@1 on the held-out tasks (trials, standard error over episodes) of the starting model (a
-   step-0 checkpoint), after SFT (``reference_trainers.sft``) and after GRPO
+4. pass@1 on the held-out tasks (trials, standard errors over tasks and over episodes) of the
+   starting model (a step-0 checkpoint), after SFT (``reference_trainers.sft``) and after GRPO
    (``reference_trainers.grpo`` on the synthesized single-request tasks whose teacher episode fits
    ``--max-len``, real rollouts and rewards), each checkpoint played by ``tau-env eval
    --agent-checkpoint`` (in process, no server), in ``--workers`` one-thread processes over task
-   shards.
+   shards. Beside it, two diagnostics (not scores): how far the episodes follow the reference route
+   (:func:`route`: identity verified, tool unlocked, the last call by name and exactly), and each
+   checkpoint teacher-forced on the teacher's episodes of the held-out tasks (:func:`teacher_forced`:
+   which turns greedy decoding writes exactly, given the right conversation so far).
 5. With ``--indist N``, the same for N fresh synthesized tasks (a second synthesis run, seed + 1,
    decontaminated the same way, none sharing a request's text or a customer's name with a training
    task, one per final tool first): how well the model fits the distribution it was trained on, with
