@@ -380,12 +380,18 @@ def pick_indist(training: list[dict[str, Any]], candidates: list[dict[str, Any]]
 
 
 def indist_tasks(
-    out: Path, synth: Path, n: int, seed: int, decon: dict[str, Any] | None = None
+    out: Path,
+    synth: Path,
+    n: int,
+    seed: int,
+    decon: dict[str, Any] | None = None,
+    also_trained: list[dict[str, Any]] | None = None,
 ) -> tuple[Path, list[str]]:
     """The in-distribution check's tasks: a second synthesis run (``seed``, decontaminated as the
     training run is, ``decon``: :func:`decontaminate_run`'s settings; kept for reruns), filtered by
-    :func:`pick_indist` against the training tasks. The pick is redone on every run (it is
-    deterministic and cheap), so the file always holds the ``n`` asked for now."""
+    :func:`pick_indist` against the training tasks (and ``also_trained``: ``--first-turns``' tasks).
+    The pick is redone on every run (it is deterministic and cheap), so the file always holds the
+    ``n`` asked for now."""
     from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
 
     second = out / "indist_synth"
@@ -393,7 +399,7 @@ def indist_tasks(
         run_tasks(second, ENV, n=max(150, 4 * n), batch=max(150, 4 * n), seed=seed)
         run_decontaminate(second, against=ENV, **(decon or {}))
     read = lambda f: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]  # noqa: E731
-    picked = pick_indist(read(synth / "tasks.jsonl"), read(second / "tasks.jsonl"), n)
+    picked = pick_indist(read(synth / "tasks.jsonl") + list(also_trained or []), read(second / "tasks.jsonl"), n)
     if not picked:
         raise SystemExit(f"--indist: no task of {second} is fresh (all share a request or a customer with training)")
     if len(picked) < n:
@@ -441,10 +447,16 @@ def decontaminate_run(synth: Path, against: str, detectors: list[str] | None) ->
 
 
 def sft_data(
-    synth: Path, out: Path, max_steps: int, retrieval: str, shipped: list[str] | None = None, copies: int = 0
+    synth: Path,
+    out: Path,
+    max_steps: int,
+    retrieval: str,
+    shipped: list[str] | None = None,
+    copies: int = 0,
+    extra: list[dict[str, Any]] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Teacher episodes on the synthesized tasks (and ``copies`` times those on the shipped tasks
-    ``shipped``) -> export-sft JSONL."""
+    ``shipped``, and the examples ``extra``) -> export-sft JSONL."""
     import tau_env
     from tau_env.sft import select, to_example
 
@@ -482,8 +494,56 @@ def sft_data(
         good = [to_example(e) for e in select(r.to_dict() for r in run.results)]
         examples += good * copies
         stats["shipped"] = {"tasks": len(shipped), "episodes": len(run.results), "kept": len(good), "copies": copies}
+    if extra:
+        examples += extra
+        stats["first_turns"] = len(extra)
     path.write_text("".join(json.dumps(e) + "\n" for e in examples), encoding="utf-8")
     return path, stats
+
+
+def first_turn(example: dict[str, Any]) -> dict[str, Any]:
+    """An SFT example cut after its first trained agent turn: the conversation up to the customer's
+    request, then the turn that chooses the procedure (a lookup of its tool, or the identity question
+    when the procedure needs no lookup)."""
+    messages, train = example["messages"], example["train"]
+    k = next((i for i, (m, t) in enumerate(zip(messages, train)) if t and m.get("role") == "assistant"), None)
+    if k is None:
+        raise ValueError(f"SFT example {example.get('task_id')!r} has no trained agent turn")
+    return {**example, "messages": messages[: k + 1], "train": train[: k + 1]}
+
+
+def first_turn_data(
+    out: Path, n: int, seed: int, decon: dict[str, Any], retrieval: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--first-turns``: ``n`` more synthesized tasks (another seed, decontaminated as the training run
+    is), the teacher's solved episodes on the single-request ones, each cut after its first trained
+    turn (:func:`first_turn`). After the shared prompt prefix such an example is a few dozen tokens: many
+    more requests, worded and valued otherwise, teach the choice of procedure for a small part of the
+    cost of as many whole episodes. Returns the examples and the synthesized tasks (for
+    ``--indist``'s freshness check)."""
+    from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
+
+    import tau_env
+    from tau_env.sft import select, to_example
+
+    synth = out / "first_turn_synth"
+    if not (synth / "decontamination.json").is_file():
+        run_tasks(synth, ENV, n=n, batch=max(n, 10), seed=seed)
+        run_decontaminate(synth, against=ENV, **decon)
+    tasks = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    single = [t["id"] for t in tasks if len(t["scenario"]["requests"]) == 1]
+    run = tau_env.evaluate(
+        ENV,
+        tau_env.TeacherAgent(lookup="early"),
+        tau_env.ScriptedUser,
+        tasks=str(synth / "tasks.jsonl"),
+        task_ids=single,
+        out_dir=out / "first_turn_teacher",
+        retrieval=retrieval,
+        max_steps=40,
+    )
+    examples = [first_turn(to_example(e)) for e in select(r.to_dict() for r in run.results)]
+    return examples, tasks
 
 
 def fitting_tasks(data: Path, model_dir: Path, max_len: int) -> set[str]:
@@ -562,6 +622,14 @@ def main(argv: list[str] | None = None) -> int:
         "that decontamination against it keeps (worded as the held-out tasks are), COPIES times each (0: off)",
     )
     p.add_argument(
+        "--first-turns",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also SFT on the first turn (the choice of procedure) of the teacher's episodes on N more "
+        "synthesized tasks (another seed, decontaminated the same way): short examples, cheap (0: off)",
+    )
+    p.add_argument(
         "--decontam-against",
         choices=("shipped", "heldout"),
         default="shipped",
@@ -613,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 0 <= args.indist <= 1000:  # its candidates are a synthesis run of 4 x N tasks, N x trials episodes
         p.error(f"--indist must be 0 (off) or a number of tasks up to 1000, not {args.indist}")
+    if not 0 <= args.first_turns <= 20_000:  # a synthesis run and the teacher's episodes on each task
+        p.error(f"--first-turns must be 0 (off) or a number of tasks up to 20000, not {args.first_turns}")
     if not 0 <= args.sft_shipped <= 100:  # each copy is ~30 more SFT examples
         p.error(f"--sft-shipped must be 0 (off) or a number of copies up to 100, not {args.sft_shipped}")
     if args.quick:
@@ -620,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         args.sft_steps, args.sft_batch, args.grpo_steps, args.grpo_tasks, args.grpo_group = 1, 2, 1, 1, 2
         args.max_new_tokens, args.max_steps, args.max_len = 4, 4, 100_000
         args.sft_shipped = args.sft_shipped or 1  # every stage: the shipped tasks' teacher episodes too
+        args.first_turns = args.first_turns and 6  # and the first-turn examples when asked for
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -658,8 +729,14 @@ def main(argv: list[str] | None = None) -> int:
     shipped: list[str] = []
     if args.sft_shipped:  # never a neighbour of any held-out task
         shipped, shipped_stats = shipped_neighbours(list(HELDOUT), args.decontam_detectors)
+    first_turns: list[dict[str, Any]] = []
+    first_turn_tasks: list[dict[str, Any]] = []
+    if args.first_turns:
+        first_turns, first_turn_tasks = first_turn_data(
+            out, args.first_turns, args.seed + 2, decon_settings, args.retrieval
+        )
     # the teacher's episodes need room: 40 steps
-    data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval, shipped, args.sft_shipped)
+    data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval, shipped, args.sft_shipped, first_turns)
     if shipped:
         data_stats["shipped"] = {**shipped_stats, **data_stats.get("shipped", {})}
     timings["data_s"] = time.perf_counter() - t0
@@ -674,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     forced = {"before": teacher_forced(base, forced_examples)}
     indist: dict[str, Any] = {}
     if args.indist:
-        indist_file, indist_ids = indist_tasks(out, synth, args.indist, args.seed + 1, decon_settings)
+        indist_file, indist_ids = indist_tasks(out, synth, args.indist, args.seed + 1, decon_settings, first_turn_tasks)
         indist["before"] = evaluate(base, out / "eval_indist_before", args, indist_ids, indist_file)
 
     # -- SFT
@@ -799,6 +876,7 @@ def main(argv: list[str] | None = None) -> int:
         "sft_lr": args.sft_lr,
         "sft_batch": args.sft_batch,
         "sft_shipped": args.sft_shipped,
+        "first_turns": args.first_turns,
         "threads": __import__("torch").get_num_threads(),
         "cpus": os.cpu_count(),
         "plots": [str(out / "sft" / "metrics.svg"), str(grpo_dir / "metrics.svg")],

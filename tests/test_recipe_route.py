@@ -246,3 +246,38 @@ def test_teacher_forced_counts_the_turns_greedy_decoding_writes(tmp_path, monkey
 
     wrong = run(_Reader(set(range(len(sample.input_ids)))))
     assert wrong["turns_exact"] == 0 and wrong["first_turn_exact"] == wrong["last_call_exact"] == 0
+
+
+def test_first_turn_keeps_the_conversation_up_to_the_first_trained_turn():
+    run = tau_env.evaluate(
+        recipe.ENV,
+        tau_env.TeacherAgent(lookup="early"),
+        tau_env.ScriptedUser,
+        task_ids=["lost_card_standard_shipping", "update_email_and_phone"],
+        retrieval="grep",
+    )
+    from tau_env.sft import to_example
+
+    lookup, identity = (recipe.first_turn(to_example(r.to_dict())) for r in run.results)
+    for ex in (lookup, identity):
+        assert ex["train"][-1] and sum(ex["train"]) == 1  # one trained turn, the last message
+        assert ex["messages"][-2]["role"] == "user"  # right after the request
+        assert len(ex["messages"]) == len(ex["train"])
+    assert lookup["messages"][-1]["tool_calls"][0]["function"]["name"] == "grep_documents"
+    assert identity["messages"][-1]["content"].startswith("Before I go on")  # no lookup: the identity first
+    with pytest.raises(ValueError, match="no trained agent turn"):
+        recipe.first_turn({**lookup, "train": [False] * len(lookup["train"])})
+
+
+@given(st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", "tool"]), st.booleans()), max_size=12))
+def test_first_turn_is_a_prefix_ending_at_the_first_trained_agent_turn(turns):
+    ex = {"task_id": "t", "messages": [{"role": r, "content": str(i)} for i, (r, _) in enumerate(turns)]}
+    ex["train"] = [t for _, t in turns]
+    firsts = [i for i, (r, t) in enumerate(turns) if t and r == "assistant"]
+    if not firsts:
+        with pytest.raises(ValueError):
+            recipe.first_turn(ex)
+        return
+    cut = recipe.first_turn(ex)
+    assert cut["messages"] == ex["messages"][: firsts[0] + 1] and cut["train"] == ex["train"][: firsts[0] + 1]
+    assert cut["task_id"] == "t"
