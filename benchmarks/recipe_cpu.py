@@ -509,7 +509,9 @@ def first_turn(example: dict[str, Any]) -> dict[str, Any]:
     k = next((i for i, (m, t) in enumerate(zip(messages, train)) if t and m.get("role") == "assistant"), None)
     if k is None:
         raise ValueError(f"SFT example {example.get('task_id')!r} has no trained agent turn")
-    return {**example, "messages": messages[: k + 1], "train": train[: k + 1]}
+    from tau_env.sft import truncate
+
+    return truncate(example, k + 1)  # with the tools of the start: the ones unlocked later not in the prompt
 
 
 def first_turn_data(

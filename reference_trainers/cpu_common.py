@@ -30,6 +30,7 @@ from tau_env.reference_trainers.rollout import TrajectoryBuilder
 from torch import Tensor, nn
 
 from tau_env.error import InvalidOptionError, ResultsFolderError
+from tau_env.sft import initial_tools
 
 #: The Linear layers LoRA wraps (Llama/Qwen/SmolLM2 names): attention and MLP projections.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -252,23 +253,6 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 raise ResultsFolderError(f"{p}:{n} is not an SFT example (expected messages, tools and train).")
             out.append(ex)
     return out
-
-
-def initial_tools(example: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tools the agent had at the episode's start: the example's (final) tools less those it unlocked.
-
-    The rollout renders the tool schemas once, at the start (see ``rollout``), so SFT renders the same.
-    """
-    unlocked = set()
-    for m in example["messages"]:
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            if fn.get("name") == "unlock_tool":
-                try:
-                    unlocked.add(json.loads(fn.get("arguments") or "{}").get("tool_name"))
-                except (ValueError, AttributeError):
-                    pass
-    return [t for t in example.get("tools") or [] if (t.get("function") or t).get("name") not in unlocked]
 
 
 @dataclass

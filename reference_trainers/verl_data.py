@@ -9,7 +9,10 @@ pkg://tau_env.reference_trainers.verl_data``, ``data.custom_cls.name=TauSFTDatas
 ``configs/tau_sft.yaml`` sets) is veRL's dataset with the loss mask of an assistant message set only
 where ``train`` is true. Messages and tools are stored as JSON text (``messages_json``,
 ``tools_json``) next to the nested columns, so nothing of a tool schema is lost to parquet's
-struct typing; the dataset reads the JSON.
+struct typing; the dataset reads the JSON. The tools are those the agent had at the episode's start
+(``tau_env.sft.initial_tools``), as the agent loop renders them once: an episode record keeps its
+last tools, and one unlocked mid-episode would otherwise be in the prompt of the turns before its
+unlock, the lookup that finds its name among them.
 
 RL (``verl.trainer.main_ppo`` with the ``tau_agent`` loop): one row per task, holding what
 :class:`~tau_env.reference_trainers.verl_agent_loop.TauAgentLoop` needs in ``extra_info``:
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.error import InvalidOptionError, TaskFileError
+from tau_env.sft import initial_tools
 
 AGENT_LOOP = "tau_agent"
 
@@ -77,6 +81,8 @@ def sft_row(example: Mapping[str, Any], where: str = "example") -> dict[str, Any
         train = [m.get("role") == "assistant" for m in messages]
     if len(train) != len(messages):
         raise InvalidOptionError(f"{where}: 'train' has {len(train)} flags for {len(messages)} messages; one each.")
+    # the tools of the episode's start, as the agent loop renders them once: not the ones unlocked later
+    tools = initial_tools({"messages": messages, "tools": tools})
     return {
         "task_id": str(example.get("task_id", "")),
         "messages_json": json.dumps(messages, ensure_ascii=False),

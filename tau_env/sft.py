@@ -112,6 +112,48 @@ def to_example(episode: dict[str, Any], greeting_turns: int = 1) -> dict[str, An
     }
 
 
+def initial_tools(example: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools the agent had at the episode's start: the example's tools (the episode's last, as
+    ``agent_view`` keeps them) less those its messages unlock with ``unlock_tool``.
+
+    The reference trainers render the tool schemas once, at the start, in rollouts and in SFT alike
+    (the sampled prefix of a rollout cannot change when a tool is unlocked later), so an example is
+    trained with these. A tool that stayed in the prompt would show the model, before its lookup,
+    the name the lookup is for.
+    """
+    unlocked = set()
+    for m in example.get("messages") or []:
+        for call in (m.get("tool_calls") if isinstance(m, dict) else None) or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and fn.get("name") == "unlock_tool":
+                try:
+                    unlocked.add(json.loads(fn.get("arguments") or "{}").get("tool_name"))
+                except (ValueError, AttributeError, TypeError):
+                    pass
+
+    def name(tool: Any) -> Any:
+        spec = (tool.get("function") or tool) if isinstance(tool, dict) else None
+        return spec.get("name") if isinstance(spec, dict) else None
+
+    return [t for t in example.get("tools") or [] if name(t) is None or name(t) not in unlocked]
+
+
+def truncate(example: dict[str, Any], end: int) -> dict[str, Any]:
+    """The example's first ``end`` messages (and their ``train`` flags), with the tools the agent
+    had at the start (:func:`initial_tools` of the whole example).
+
+    Cutting the messages alone would keep the tools unlocked after the cut and lose the calls that
+    show they were unlocked: the cut example would be trained with the tool its first lookup is
+    for already in the prompt.
+    """
+    return {
+        **example,
+        "messages": example["messages"][:end],
+        "train": example["train"][:end],
+        "tools": initial_tools(example),
+    }
+
+
 def select(episodes: Iterable[dict[str, Any]], min_reward: float = 1.0) -> Iterator[dict[str, Any]]:
     """Successful episodes that did not end by a loop, the step budget or an infrastructure error."""
     for ep in episodes:

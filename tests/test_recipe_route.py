@@ -264,6 +264,9 @@ def test_first_turn_keeps_the_conversation_up_to_the_first_trained_turn():
         assert ex["messages"][-2]["role"] == "user"  # right after the request
         assert len(ex["messages"]) == len(ex["train"])
     assert lookup["messages"][-1]["tool_calls"][0]["function"]["name"] == "grep_documents"
+    # the tools of the start: replace_card_5120, unlocked after the cut, is not in the prompt
+    assert "replace_card_5120" not in [t["function"]["name"] for t in lookup["tools"]]
+    assert len(lookup["tools"]) == len(identity["tools"])
     assert identity["messages"][-1]["content"].startswith("Before I go on")  # no lookup: the identity first
     with pytest.raises(ValueError, match="no trained agent turn"):
         recipe.first_turn({**lookup, "train": [False] * len(lookup["train"])})

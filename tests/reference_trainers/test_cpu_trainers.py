@@ -40,7 +40,7 @@ from tau_env.reference_trainers.rollout import TokenTrajectory  # noqa: E402
 
 import tau_env  # noqa: E402
 from tau_env.error import InvalidOptionError, ResultsFolderError  # noqa: E402
-from tau_env.sft import to_example  # noqa: E402
+from tau_env.sft import to_example, truncate  # noqa: E402
 
 ENV = "harbor-bank-v0"
 TASKS = ["travel_notice_simple", "found_card_unlock"]
@@ -138,6 +138,23 @@ def test_sft_tokens_carry_loss_exactly_on_the_trained_agent_turns(tiny_dir, exam
     # the prompt holds the tools the agent started with (unlocked ones are not rendered up front)
     unlocked = {t["function"]["name"] for t in ex["tools"]} - {t["function"]["name"] for t in initial_tools(ex)}
     assert unlocked and not any(name in tok.decode(s.input_ids[: s.loss_mask.index(1)]) for name in unlocked)
+
+
+def test_an_example_cut_after_any_trained_turn_renders_as_a_prefix_of_the_whole(tiny_dir, examples):
+    """A cut example (the recipe's first-turn examples) is trained on exactly the tokens the whole
+    one starts with: the same tools in the prompt, though its unlock calls were cut off."""
+    _, tok = _tok_model(tiny_dir)
+    cut_away = 0
+    for ex in examples:
+        whole = tokenize_sft_example(tok, ex, tok.chat_template)
+        for k in [i for i, t in enumerate(ex["train"]) if t]:
+            cut = tokenize_sft_example(tok, truncate(ex, k + 1), tok.chat_template)
+            n = len(cut.input_ids)
+            assert whole.input_ids[:n] == cut.input_ids and whole.loss_mask[:n] == cut.loss_mask
+            naive = {**ex, "messages": ex["messages"][: k + 1], "train": ex["train"][: k + 1]}
+            if tokenize_sft_example(tok, naive, tok.chat_template).input_ids != cut.input_ids:
+                cut_away += 1  # cutting the messages alone keeps the tools unlocked after the cut
+    assert cut_away  # travel_notice_simple unlocks set_travel_notice_3012 after its lookup
 
 
 def test_prefix_shared_forward_equals_full_forward(tiny_dir, examples):

@@ -62,6 +62,18 @@ def test_sft_parquet_round_trip_and_loss_only_on_trained_turns(example, tmp_path
     assert greeting in tok.decode(ids)
 
 
+def test_sft_rows_hold_the_tools_of_the_start_as_the_agent_loop_renders_them():
+    env = tau_env.make(ENV_ID)
+    r = tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id="travel_notice_simple")
+    ex = to_example(r.to_dict())
+    row = vd.sft_row(ex)
+    names = [t["function"]["name"] for t in json.loads(row["tools_json"])]
+    assert "set_travel_notice_3012" in [t["function"]["name"] for t in ex["tools"]]
+    assert "set_travel_notice_3012" not in names  # unlocked during the episode: not in the prompt from the start
+    assert names == [t["function"]["name"] for t in ex["tools"] if t["function"]["name"] != "set_travel_notice_3012"]
+    assert json.loads(row["messages_json"]) == ex["messages"]  # the unlock call itself stays
+
+
 def test_sft_rows_refuse_bad_examples(tmp_path):
     with pytest.raises(InvalidOptionError, match="export-sft"):
         vd.read_sft_jsonl(tmp_path / "none.jsonl")
