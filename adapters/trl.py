@@ -41,6 +41,7 @@ from tau_env import ScriptedUser, TauEnv, arun_episode, assistant_message, make,
 from tau_env.error import InvalidOptionError
 from tau_env.harness import EpisodeResult
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT, episode_seed
+from tau_env.sft import initial_tools
 
 EXTRA = "trl"
 
@@ -163,9 +164,11 @@ def sft_dataset(path: str | Path | Iterable[dict[str, Any]]) -> Any:
     """``tau-env export-sft`` examples as a conversational prompt-completion ``datasets.Dataset``.
 
     Each example's ``prompt`` is its messages before the first trained turn (system prompt,
-    greeting, the user's opening); ``completion`` the rest; ``tools`` the schemas as a JSON
-    string (TRL decodes it). With ``SFTConfig(assistant_only_loss=True)`` (a chat template with
-    ``{% generation %}`` markers) the loss falls exactly on the trained turns.
+    greeting, the user's opening); ``completion`` the rest; ``tools`` the schemas the agent had at
+    the episode's start as a JSON string (TRL decodes it): :class:`TauRollout` renders those once,
+    and a tool unlocked mid-episode would otherwise be in the prompt of the lookup that finds its
+    name. With ``SFTConfig(assistant_only_loss=True)`` (a chat template with ``{% generation %}``
+    markers) the loss falls exactly on the trained turns.
 
     Args:
         path: The JSONL file ``tau-env export-sft --jsonl`` wrote, or its records.
@@ -196,7 +199,7 @@ def sft_dataset(path: str | Path | Iterable[dict[str, Any]]) -> Any:
             )
         rows["prompt"].append(messages[:first])
         rows["completion"].append(messages[first:])
-        rows["tools"].append(json.dumps(rec.get("tools") or []))
+        rows["tools"].append(json.dumps(initial_tools(rec)))
         rows["task_id"].append(rec.get("task_id", ""))
     if not rows["prompt"]:
         raise InvalidOptionError(f"No examples in {path}: export successful episodes with tau-env export-sft.")

@@ -324,6 +324,17 @@ def _save(tok, tmp_path):
     return str(path)
 
 
+def test_sft_rows_hold_the_tools_of_the_start():
+    r = run_episode(tau_env.make(ENV), OracleAgent(), ScriptedUser(), task_id="travel_notice_simple")
+    from tau_env.sft import to_example
+
+    rec = to_example(r.to_dict())
+    tools = json.loads(sft_dataset([rec])[0]["tools"])
+    names = [t["function"]["name"] for t in rec["tools"]]
+    assert "set_travel_notice_3012" in names  # the record's last tools
+    assert [t["function"]["name"] for t in tools] == [n for n in names if n != "set_travel_notice_3012"]
+
+
 def test_sft_step_on_export_sft_data(tok, tmp_path, monkeypatch):
     from trl import SFTConfig, SFTTrainer
 
