@@ -119,15 +119,34 @@ def _agent_calls(record: dict[str, Any]) -> list[tuple[str, Any]]:
     return calls
 
 
+def _agent_errors(record: dict[str, Any]) -> int:
+    """How many of the agent's tool calls in an episode record came back as errors (a malformed call
+    included), from its events; the record's ``tool_errors`` count where it has no events."""
+    events = record.get("events")
+    if not events:
+        return int(record.get("tool_errors") or 0)
+    return sum(
+        bool(result.get("error"))
+        for event in events
+        if event.get("seat") == "agent"
+        for result in event.get("tool_results") or []
+    )
+
+
 def route(records: list[dict[str, Any]], references: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Where the agent's episodes meet the reference route (diagnostics, not a score): how many episodes
     made the reference's ``verify_identity`` call exactly, unlocked every tool the reference unlocks,
     called the reference's last agent action by name and exactly (name and arguments), and the mean
     share of the reference's agent calls made exactly (each matched once). ``references``: task id ->
     its reference actions (``name``, ``arguments``, ``requestor``). A count's denominator is the
-    episodes whose reference has that step (the decline of a limit unlocks nothing)."""
+    episodes whose reference has that step (the decline of a limit unlocks nothing).
+    ``rewarded_with_error``: of the rewarded episodes (reward 1), those where a tool call of the agent
+    failed; the reward grades the database alone, so a task whose right outcome is no change (a
+    decline) also pays an episode whose write was refused."""
     counts = {k: [0, 0] for k in ("identity_verified", "tool_unlocked", "last_call_named", "last_call_exact")}
     shares = []
+    rewarded = [r for r in records if r.get("reward") == 1.0]
+    with_error = sum(bool(_agent_errors(r)) for r in rewarded)
     for r in records:
         ref = [a for a in references.get(r["task_id"], []) if a.get("requestor", "agent") == "agent"]
         if not ref:
@@ -159,6 +178,7 @@ def route(records: list[dict[str, Any]], references: dict[str, list[dict[str, An
     return {
         **{k: {"episodes": n, "of": d} for k, (n, d) in counts.items()},
         "reference_calls_made": sum(shares) / len(shares) if shares else None,
+        "rewarded_with_error": {"episodes": with_error, "of": len(rewarded)},
     }
 
 
@@ -281,7 +301,10 @@ def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
     for name, r in rows:
         se, se_ep = ("-" if r[k] is None else f"{r[k]:.3f}" for k in ("se", "se_episodes"))
         print(f"{name:<12} {r['pass@1']:>7.3f} {se:>6} {se_ep:>6} {r['episodes']:>8} {r['seconds']:>7.0f}")
-    print(f"{'stage':<12} {'verified':>9} {'unlocked':>9} {'last named':>10} {'last exact':>10} {'ref. calls':>10}")
+    print(
+        f"{'stage':<12} {'verified':>9} {'unlocked':>9} {'last named':>10} {'last exact':>10} {'ref. calls':>10}"
+        f" {'won, error':>10}"
+    )
     for name, r in rows:
         rt = r.get("route") or {}
         cells = [
@@ -290,7 +313,9 @@ def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
         ]
         share = rt.get("reference_calls_made")
         cells.append("-" if share is None else f"{share:.2f}")
-        print(f"{name:<12} {cells[0]:>9} {cells[1]:>9} {cells[2]:>10} {cells[3]:>10} {cells[4]:>10}")
+        won = rt.get("rewarded_with_error")
+        cells.append(f"{won['episodes']}/{won['of']}" if won else "-")
+        print(f"{name:<12} {cells[0]:>9} {cells[1]:>9} {cells[2]:>10} {cells[3]:>10} {cells[4]:>10} {cells[5]:>10}")
 
 
 def evaluate(

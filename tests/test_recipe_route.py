@@ -36,8 +36,23 @@ def episode(task: str, *calls: tuple[str, object]) -> dict:
     return {"task_id": task, "reward": 0.0, "events": events}
 
 
+STEPS = ("identity_verified", "tool_unlocked", "last_call_named", "last_call_exact")
+
+
 def counts(result: dict) -> dict:
-    return {k: (v["episodes"], v["of"]) for k, v in result.items() if isinstance(v, dict)}
+    """The route's step counts, (episodes, of) each."""
+    return {k: (result[k]["episodes"], result[k]["of"]) for k in STEPS}
+
+
+def rewarded(rec: dict, *errors: bool) -> dict:
+    """``rec`` with reward 1, its agent calls' results failing where ``errors`` says so."""
+    calls = [e for e in rec["events"] if e["seat"] == "agent"]
+    for event, error in zip(calls, errors):
+        event["tool_results"] = [
+            {"tool_call_id": tc["id"], "name": tc["function"]["name"], "content": "x", "error": error}
+            for tc in event["message"]["tool_calls"]
+        ]
+    return {**rec, "reward": 1.0}
 
 
 def test_the_whole_route_counts_everywhere():
@@ -90,6 +105,49 @@ def test_denominators_are_the_episodes_whose_reference_has_the_step():
         "last_call_exact": (0, 3),
     }
     assert recipe.route([episode("nothing")], refs)["reference_calls_made"] is None
+
+
+def test_rewarded_with_error_counts_the_wins_where_a_call_failed():
+    ok = rewarded(episode("t", ("list_cards", {}), ("close_account_8837", {})), False, False)
+    refused = rewarded(episode("t", ("list_cards", {}), ("transfer_funds", {"card_id": "C"})), False, True)
+    failed_but_lost = episode("t", ("transfer_funds", {"card_id": "C"}))
+    failed_but_lost["events"][1]["tool_results"] = [{"error": True}]
+    r = recipe.route([ok, refused, failed_but_lost, episode("t")], REF)
+    assert r["rewarded_with_error"] == {"episodes": 1, "of": 2}
+    # tasks outside the references count too: the reward is the grader's, not the route's
+    r = recipe.route([refused, {**refused, "task_id": "elsewhere"}], REF)
+    assert r["rewarded_with_error"] == {"episodes": 2, "of": 2}
+    # a record without events: its tool_errors count
+    bare = {"task_id": "t", "reward": 1.0, "tool_errors": 2}
+    assert recipe.route([bare], REF)["rewarded_with_error"] == {"episodes": 1, "of": 1}
+    assert recipe.route([], REF)["rewarded_with_error"] == {"episodes": 0, "of": 0}
+
+
+def test_a_refused_write_on_a_decline_task_is_rewarded_and_counted():
+    """The class this diagnostic is for, on the real env: a decline task's right outcome is no change,
+    so an episode whose only write is refused by the tool earns the reward."""
+    from tau_env.agents import OracleAgent
+    from tau_env.messages import assistant_message, tool_call
+
+    class RefusedWriteOracle(OracleAgent):
+        """The reference actions, then a write the tool refuses (a card id where an account goes)."""
+
+        def reset(self, task=None, seed=None):
+            super().reset(task, seed)
+            self._sent = False
+
+        def __call__(self, obs):
+            if self._i >= len(self._actions) and not self._sent:
+                self._sent = True
+                bad = {"card_id": "CARD-4010", "amount_cents": 100}
+                return assistant_message(None, [tool_call("transfer_funds", bad, id="bad")])
+            return super().__call__(obs)
+
+    run = tau_env.evaluate(recipe.ENV, RefusedWriteOracle(), tau_env.ScriptedUser, task_ids=["limit_above_max_decline"])
+    rec = run.results[0].to_dict()
+    assert rec["reward"] == 1.0 and rec["tool_errors"] == 1
+    r = recipe.route([rec], recipe.references_of(["limit_above_max_decline"]))
+    assert r["rewarded_with_error"] == {"episodes": 1, "of": 1}
 
 
 name = st.sampled_from(["verify_identity", "unlock_tool", "close_account_8837", "list_cards", "x"])
