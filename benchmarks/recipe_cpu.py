@@ -404,6 +404,16 @@ def pick_indist(training: list[dict[str, Any]], candidates: list[dict[str, Any]]
     return [{**t, "id": f"indist-{t['id']}"} for t in picked]
 
 
+def same_ids(folder: Path, ids: str) -> None:
+    """Refuse a finished synthesis ``folder`` whose record ids are of another style than ``ids``
+    (``--synth-ids``): its tasks, and the SFT data made from them, are not this setting's."""
+    run_json = folder / "run.json"
+    if run_json.is_file():
+        theirs = json.loads(run_json.read_text(encoding="utf-8")).get("ids", "plan")
+        if theirs != ids:
+            raise SystemExit(f"{folder} holds {theirs}-style ids, not {ids} (--synth-ids {ids}): use another --out")
+
+
 def indist_tasks(
     out: Path,
     synth: Path,
@@ -411,6 +421,7 @@ def indist_tasks(
     seed: int,
     decon: dict[str, Any] | None = None,
     also_trained: list[dict[str, Any]] | None = None,
+    ids: str | None = None,
 ) -> tuple[Path, list[str]]:
     """The in-distribution check's tasks: a second synthesis run (``seed``, decontaminated as the
     training run is, ``decon``: :func:`decontaminate_run`'s settings; kept for reruns), filtered by
@@ -420,8 +431,9 @@ def indist_tasks(
     from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
 
     second = out / "indist_synth"
+    same_ids(second, ids or "plan")
     if not (second / "decontamination.json").is_file():
-        run_tasks(second, ENV, n=max(150, 4 * n), batch=max(150, 4 * n), seed=seed)
+        run_tasks(second, ENV, n=max(150, 4 * n), batch=max(150, 4 * n), seed=seed, ids=ids)
         run_decontaminate(second, against=ENV, **(decon or {}))
     read = lambda f: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]  # noqa: E731
     picked = pick_indist(read(synth / "tasks.jsonl") + list(also_trained or []), read(second / "tasks.jsonl"), n)
@@ -540,7 +552,7 @@ def first_turn(example: dict[str, Any]) -> dict[str, Any]:
 
 
 def first_turn_data(
-    out: Path, n: int, seed: int, decon: dict[str, Any], retrieval: str
+    out: Path, n: int, seed: int, decon: dict[str, Any], retrieval: str, ids: str | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``--first-turns``: ``n`` more synthesized tasks (another seed, decontaminated as the training run
     is), the teacher's solved episodes on the single-request ones, each cut after its first trained
@@ -554,8 +566,9 @@ def first_turn_data(
     from tau_env.sft import select, to_example
 
     synth = out / "first_turn_synth"
+    same_ids(synth, ids or "plan")
     if not (synth / "decontamination.json").is_file():
-        run_tasks(synth, ENV, n=n, batch=max(n, 10), seed=seed)
+        run_tasks(synth, ENV, n=n, batch=max(n, 10), seed=seed, ids=ids)
         run_decontaminate(synth, against=ENV, **decon)
     tasks = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
     single = [t["id"] for t in tasks if len(t["scenario"]["requests"]) == 1]
@@ -672,6 +685,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--eval-temperature", type=float, default=0.3, help="sampling temperature of the evaluations")
     p.add_argument("--synth-n", type=int, default=400, help="synthesized tasks to request")
+    p.add_argument(
+        "--synth-ids",
+        choices=("plan", "domain"),
+        default="plan",
+        help="record ids of the synthesized customers: 'plan' (C-P0300-1) or 'domain' (C-656237: digits, "
+        "the shape of the shipped tasks' C-1004, so the ids the model copies look alike in training and evaluation)",
+    )
     p.add_argument("--sft-steps", type=int, default=0, help="SFT optimizer steps (0: --sft-epochs passes)")
     p.add_argument("--sft-epochs", type=float, default=1.0, help="passes over the SFT examples that fit --max-len")
     p.add_argument("--sft-batch", type=int, default=8, help="examples per SFT step (one shared prefix per step)")
@@ -748,9 +768,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- training tasks: synthesized, decontaminated against every shipped task (or the held-out ones)
     synth = out / "synth"
+    same_ids(synth, args.synth_ids)
     decon_settings = decontaminate_run(synth, args.decontam_against, args.decontam_detectors)
     if not (synth / "decontamination.json").is_file():
-        run_tasks(synth, ENV, n=args.synth_n, batch=max(args.synth_n, 10), seed=args.seed)
+        run_tasks(synth, ENV, n=args.synth_n, batch=max(args.synth_n, 10), seed=args.seed, ids=args.synth_ids)
         run_decontaminate(synth, against=ENV, **decon_settings)
     decon = json.loads((synth / "decontamination.json").read_text())
     shipped: list[str] = []
@@ -760,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
     first_turn_tasks: list[dict[str, Any]] = []
     if args.first_turns:
         first_turns, first_turn_tasks = first_turn_data(
-            out, args.first_turns, args.seed + 2, decon_settings, args.retrieval
+            out, args.first_turns, args.seed + 2, decon_settings, args.retrieval, args.synth_ids
         )
     # the teacher's episodes need room: 40 steps
     data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval, shipped, args.sft_shipped, first_turns)
@@ -778,7 +799,9 @@ def main(argv: list[str] | None = None) -> int:
     forced = {"before": teacher_forced(base, forced_examples)}
     indist: dict[str, Any] = {}
     if args.indist:
-        indist_file, indist_ids = indist_tasks(out, synth, args.indist, args.seed + 1, decon_settings, first_turn_tasks)
+        indist_file, indist_ids = indist_tasks(
+            out, synth, args.indist, args.seed + 1, decon_settings, first_turn_tasks, args.synth_ids
+        )
         indist["before"] = evaluate(base, out / "eval_indist_before", args, indist_ids, indist_file)
 
     # -- SFT

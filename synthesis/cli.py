@@ -188,6 +188,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             review=not args.no_review,
             workers=args.workers,
             quiet=args.quiet,
+            ids=args.ids,
         )
     finally:
         _close(llm)
@@ -341,6 +342,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--batch", type=_int(1), default=100, help="plans per batch; reflection runs between (default 100)")
     s.add_argument("--no-review", action="store_true", help="skip the LLM reviewer (verification still runs)")
     s.add_argument("--workers", type=_int(1), default=1, help="verification processes (default 1)")
+    s.add_argument(
+        "--ids",
+        choices=("plan", "domain"),
+        default=None,
+        help="record ids of new customers: 'plan' (CHK-P017-1, the plan id inside) or 'domain' (CHK-482913: "
+        "digits only, shaped as the domain's own CHK-2001) (default: plan for a new run, the run's own when "
+        "continuing)",
+    )
     s.add_argument("--data-dir", **data_dir)
     _llm_flags(s)
     _common(s)

@@ -27,6 +27,7 @@ from typing import Any
 
 from tau_env.synthesis.errors import SynthesisError
 from tau_env.synthesis.records import Plan, Problem, chain_signature
+from tau_env.synthesis.templates import ID_STYLES
 
 from tau_env import Task
 from tau_env.error import Error, InvalidOptionError
@@ -63,10 +64,11 @@ def _open(
     quiet: bool,
     *,
     same_backend: bool = False,
+    ids: str | None = None,
 ):
     """The run folder ``out``: created for ``domain_id`` (or resumed if it holds that run), or, with
     ``domain_id`` None, the run already there; a ``seed`` (and with ``same_backend`` the model)
-    given for a run that continues must be the run's own.
+    given for a run that continues must be the run's own, and so must an ``ids`` style.
     """
     from tau_env.synthesis.run import RunFolder
 
@@ -85,6 +87,8 @@ def _open(
         model = lambda b: b.get("model") if isinstance(b, dict) else b  # noqa: E731
         if same_backend and model(theirs) != model(ours):
             differ.append(f"backend: {model(theirs)} in the folder, {model(ours)} now")
+        if ids is not None and run.settings.get("ids", "plan") != ids:
+            differ.append(f"ids: {run.settings.get('ids', 'plan')} in the folder, {ids} now")
         if differ:
             run.close()
             raise SynthesisError(
@@ -104,6 +108,7 @@ def _open(
         "seed": 0 if seed is None else seed,
         "backend": _backend(llm),
         "quiet": quiet,
+        "ids": ids,
     }
     try:
         return RunFolder.create(path, settings)
@@ -208,10 +213,9 @@ class _Stage:
         self.templates = templates_for(domain, eg, tg)
         if not self.templates:
             raise SynthesisError(f"No templates for the domain {domain.name!r}: nothing to synthesize.")
-        # ids come from plan ids (unique in a run), randomness from each plan's seed
-        self.ctx = SynthContext(
-            domain=domain, entity_graph=eg, tool_graph=tg, ids=IdAllocator(), templates=self.templates
-        )
+        # ids come from plan ids (unique in a run), in the run's style; randomness from each plan's seed
+        ids = IdAllocator(style=run.settings.get("ids", "plan"))
+        self.ctx = SynthContext(domain=domain, entity_graph=eg, tool_graph=tg, ids=ids, templates=self.templates)
 
     async def check(self, task: Task, prompts: dict[str, Any], clock: Counter | None = None) -> list[Problem]:
         """The verifier's problems, else the reviewer's (``clock`` adds each one's CPU seconds)."""
@@ -377,6 +381,7 @@ def run_tasks(
     quiet: bool = True,
     max_rounds: int | None = None,
     workers: int = 1,
+    ids: str | None = None,
 ) -> dict[str, Any]:
     """Synthesize until ``n`` verified, reviewed, distinct single-request tasks are in ``out/tasks.jsonl``.
 
@@ -391,7 +396,9 @@ def run_tasks(
     _positive("n", n)
     _positive("batch", batch)
     _positive("workers", workers)
-    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True)
+    if ids is not None and ids not in ID_STYLES:
+        raise SynthesisError(f"ids={ids!r}: one of {', '.join(ID_STYLES)}")
+    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids)
     seed = run.settings.get("seed", 0)  # the run's own, when it continues
     pool: ProcessPoolExecutor | None = None
     with run:

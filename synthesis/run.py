@@ -46,7 +46,7 @@ SETTINGS = "run.json"
 STAGES = "stages.jsonl"
 INDEX = "synth.db"
 #: run.json keys that identify a run: a folder refuses a run that differs on one of them.
-IDENTITY = ("domain", "loader", "seed", "backend")
+IDENTITY = ("domain", "loader", "seed", "backend", "ids")
 #: Keys of a ``backend`` object that say how to reach the model, not which model it is.
 TRANSPORT = frozenset({"base_url", "api_key_env", "timeout", "retries", "max_concurrency"})
 _SAFE = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -109,8 +109,10 @@ def identity(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The identifying settings both give and on which they differ, one short phrase each."""
-    a = identity({k: v for k, v in old.items() if v is not None})
+    """The identifying settings both give and on which they differ, one short phrase each (a folder
+    written before id styles existed holds ``plan`` ids).
+    """
+    a = identity({"ids": "plan", **{k: v for k, v in old.items() if v is not None}})
     b = identity({k: v for k, v in new.items() if v is not None})
     return [
         f"{k}: {_short(a[k])} in the folder, {_short(b[k])} now" for k in IDENTITY if k in a and k in b and a[k] != b[k]

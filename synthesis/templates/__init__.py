@@ -33,6 +33,7 @@ __all__ = [
     "Const",
     "Customer",
     "Draft",
+    "ID_STYLES",
     "IdAllocator",
     "PlanIds",
     "SynthContext",
@@ -148,30 +149,65 @@ class Const:
     found: bool = True  # False: the entity graph has no such constant; the value is the template's reading
 
 
-class IdAllocator:
-    """Run-unique record ids derived from plan ids, so tasks' initial states never collide."""
+#: Id styles of :class:`IdAllocator`: ``plan`` (``CHK-P017-1``: the plan id inside, readable) or
+#: ``domain`` (``CHK-482913``: the prefix, then digits only, shaped as Harbor Bank's own ``CHK-2001``).
+ID_STYLES = ("plan", "domain")
+#: ``domain`` ids: six digits while a plan's key and count fit (``key * 100 + n`` < 900,000), longer beyond.
+_SPAN = 900_000
+#: A multiplier prime to ``_SPAN`` (2^5 3^2 5^5), near its golden section: ``x -> x * _MIX mod _SPAN`` is a
+#: permutation that scatters consecutive counts.
+_MIX = 556_237
 
-    def __init__(self, run_tag: str = "") -> None:
+
+class IdAllocator:
+    """Run-unique record ids derived from plan ids, so tasks' initial states never collide.
+
+    ``style="plan"`` writes the plan id into each id (``CHK-P017-1``); ``style="domain"`` writes
+    digits only (``CHK-482913``), the shape of a seeded domain's ids (``CHK-2001``), so a model trained on
+    synthesized tasks copies ids of the shape it meets on the domain's own tasks. Its numbers are
+    a permutation of ``key * 100 + n`` (the plan's key from its id ``p-ROUND-N``, ``n`` the plan's
+    count of ids so far): unique in a run, scattered (an account's number says nothing about its
+    customer's), and 100,000 or more, beyond the seeds' 4-digit numbers.
+    """
+
+    def __init__(self, run_tag: str = "", style: str = "plan") -> None:
+        if style not in ID_STYLES:
+            raise ValueError(f"id style {style!r}: one of {', '.join(ID_STYLES)}")
         self.run_tag = slug(run_tag).upper().replace("_", "")
+        self.style = style
 
     def token(self, plan_id: str) -> str:
         """A short id-safe token of ``plan_id`` (plan ids are unique within a run)."""
         return self.run_tag + re.sub(r"[^A-Za-z0-9]+", "", plan_id).upper()
 
     def for_plan(self, plan_id: str) -> PlanIds:
-        return PlanIds(self.token(plan_id))
+        if self.style == "plan":
+            return PlanIds(self.token(plan_id))
+        m = re.fullmatch(r"p-(\d+)-(\d+)", plan_id)
+        if m is None:
+            raise ValueError(f"plan id {plan_id!r}: domain-style ids need the planner's p-ROUND-N plan ids")
+        return PlanIds(self.token(plan_id), key=int(m.group(1)) * 1_000_000 + int(m.group(2)))
 
 
 class PlanIds:
-    """The ids of one plan: ``next("CHK-")`` -> ``CHK-P017-1``, ``CHK-P017-2``, ..."""
+    """The ids of one plan: ``next("CHK-")`` -> ``CHK-P017-1``, ``CHK-P017-2``, ...; with a ``key``
+    (domain-style ids, see :class:`IdAllocator`) ``CHK-`` and six or more digits.
+    """
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, key: int | None = None) -> None:
         self.token = token
+        self.key = key
         self.n = 0
 
     def next(self, prefix: str) -> str:
         self.n += 1
-        return f"{prefix}{self.token}-{self.n}"
+        if self.key is None:
+            return f"{prefix}{self.token}-{self.n}"
+        if self.n >= 100:
+            raise ValueError(f"plan {self.token}: more than 99 record ids in one plan")
+        x = self.key * 100 + self.n
+        number = 100_000 + (x * _MIX) % _SPAN if x < _SPAN else 1_000_000 + x
+        return f"{prefix}{number}"
 
 
 @dataclass

@@ -76,7 +76,10 @@ def test_graphs_and_tasks_plumbing(calls, tmp_path, capsys):
         "review": False,
         "workers": 3,
         "quiet": True,
+        "ids": None,  # the run's own style (plan for a new run)
     }
+    assert main([*argv, "--ids", "domain"]) == 0
+    assert calls[-1][2]["ids"] == "domain"
     printed = capsys.readouterr().out
     assert "yield" in printed and "0.8333" in printed and "problems.replay_error  1" in printed
 
