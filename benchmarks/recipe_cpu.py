@@ -57,6 +57,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tau_env.synthesis.templates import ID_STYLES
+
 from tau_env.knowledge.tools import RETRIEVAL_CONFIGS
 
 ENV = "harbor-bank-v0"
@@ -407,9 +409,11 @@ def pick_indist(training: list[dict[str, Any]], candidates: list[dict[str, Any]]
 def same_ids(folder: Path, ids: str) -> None:
     """Refuse a finished synthesis ``folder`` whose record ids are of another style than ``ids``
     (``--synth-ids``): its tasks, and the SFT data made from them, are not this setting's."""
+    from tau_env.synthesis.run import id_style
+
     run_json = folder / "run.json"
     if run_json.is_file():
-        theirs = json.loads(run_json.read_text(encoding="utf-8")).get("ids", "plan")
+        theirs = id_style(json.loads(run_json.read_text(encoding="utf-8")))
         if theirs != ids:
             raise SystemExit(f"{folder} holds {theirs}-style ids, not {ids} (--synth-ids {ids}): use another --out")
 
@@ -687,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--synth-n", type=int, default=400, help="synthesized tasks to request")
     p.add_argument(
         "--synth-ids",
-        choices=("plan", "domain"),
+        choices=ID_STYLES,
         default="plan",
         help="record ids of the synthesized customers: 'plan' (C-P0300-1) or 'domain' (C-656237: digits, "
         "the shape of the shipped tasks' C-1004, so the ids the model copies look alike in training and evaluation)",

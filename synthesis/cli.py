@@ -344,7 +344,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--workers", type=_int(1), default=1, help="verification processes (default 1)")
     s.add_argument(
         "--ids",
-        choices=("plan", "domain"),
+        choices=("plan", "domain"),  # templates.ID_STYLES, written out: building the parser imports nothing
         default=None,
         help="record ids of new customers: 'plan' (CHK-P017-1, the plan id inside) or 'domain' (CHK-482913: "
         "digits only, shaped as the domain's own CHK-2001) (default: plan for a new run, the run's own when "

@@ -70,7 +70,7 @@ def _open(
     ``domain_id`` None, the run already there; a ``seed`` (and with ``same_backend`` the model)
     given for a run that continues must be the run's own, and so must an ``ids`` style.
     """
-    from tau_env.synthesis.run import RunFolder
+    from tau_env.synthesis.run import RunFolder, id_style
 
     path = Path(out)
     if domain_id is None:  # a stage that continues a run: the folder says everything
@@ -87,8 +87,8 @@ def _open(
         model = lambda b: b.get("model") if isinstance(b, dict) else b  # noqa: E731
         if same_backend and model(theirs) != model(ours):
             differ.append(f"backend: {model(theirs)} in the folder, {model(ours)} now")
-        if ids is not None and run.settings.get("ids", "plan") != ids:
-            differ.append(f"ids: {run.settings.get('ids', 'plan')} in the folder, {ids} now")
+        if ids is not None and id_style(run.settings) != ids:
+            differ.append(f"ids: {id_style(run.settings)} in the folder, {ids} now")
         if differ:
             run.close()
             raise SynthesisError(
@@ -207,6 +207,7 @@ class _Stage:
     """What one round of ``run_tasks`` needs: the domain, graphs, templates and the model."""
 
     def __init__(self, run: Any, domain: Any, eg: Any, tg: Any, llm: Any, review: bool):
+        from tau_env.synthesis.run import id_style
         from tau_env.synthesis.templates import IdAllocator, SynthContext, templates_for
 
         self.run, self.domain, self.eg, self.tg, self.llm, self.review = run, domain, eg, tg, llm, review
@@ -214,7 +215,7 @@ class _Stage:
         if not self.templates:
             raise SynthesisError(f"No templates for the domain {domain.name!r}: nothing to synthesize.")
         # ids come from plan ids (unique in a run), in the run's style; randomness from each plan's seed
-        ids = IdAllocator(style=run.settings.get("ids", "plan"))
+        ids = IdAllocator(style=id_style(run.settings))
         self.ctx = SynthContext(domain=domain, entity_graph=eg, tool_graph=tg, ids=ids, templates=self.templates)
 
     async def check(self, task: Task, prompts: dict[str, Any], clock: Counter | None = None) -> list[Problem]:

@@ -108,11 +108,18 @@ def identity(settings: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The identifying settings both give and on which they differ, one short phrase each (a folder
-    written before id styles existed holds ``plan`` ids).
+def id_style(settings: dict[str, Any]) -> str:
+    """The record-id style of a run's ``settings`` (``run.json``): ``plan`` when it names none (a new
+    run given no style, or a folder written before id styles existed).
     """
-    a = identity({"ids": "plan", **{k: v for k, v in old.items() if v is not None}})
+    return settings.get("ids") or "plan"
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The identifying settings both give and on which they differ, one short phrase each (the
+    folder's id style is :func:`id_style`'s).
+    """
+    a = identity({**{k: v for k, v in old.items() if v is not None}, "ids": id_style(old)})
     b = identity({k: v for k, v in new.items() if v is not None})
     return [
         f"{k}: {_short(a[k])} in the folder, {_short(b[k])} now" for k in IDENTITY if k in a and k in b and a[k] != b[k]

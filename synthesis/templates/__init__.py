@@ -21,6 +21,9 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tau_env import Action, Scenario, Task
+from tau_env.error import InvalidOptionError
+
+from ..errors import SynthesisError
 
 if TYPE_CHECKING:
     from tau_env import Domain
@@ -35,6 +38,7 @@ __all__ = [
     "Draft",
     "ID_STYLES",
     "IdAllocator",
+    "IdError",
     "PlanIds",
     "SynthContext",
     "Template",
@@ -159,6 +163,12 @@ _SPAN = 900_000
 _MIX = 556_237
 
 
+class IdError(SynthesisError, ValueError):
+    """A plan whose record ids cannot be made in the run's style: that plan is refused (with this
+    reason in its verdict), the run goes on.
+    """
+
+
 class IdAllocator:
     """Run-unique record ids derived from plan ids, so tasks' initial states never collide.
 
@@ -172,7 +182,7 @@ class IdAllocator:
 
     def __init__(self, run_tag: str = "", style: str = "plan") -> None:
         if style not in ID_STYLES:
-            raise ValueError(f"id style {style!r}: one of {', '.join(ID_STYLES)}")
+            raise InvalidOptionError(f"id style {style!r}: one of {', '.join(ID_STYLES)}")
         self.run_tag = slug(run_tag).upper().replace("_", "")
         self.style = style
 
@@ -183,9 +193,10 @@ class IdAllocator:
     def for_plan(self, plan_id: str) -> PlanIds:
         if self.style == "plan":
             return PlanIds(self.token(plan_id))
-        m = re.fullmatch(r"p-(\d+)-(\d+)", plan_id)
+        # no leading zeros and N < 10^6: one plan id, one key
+        m = re.fullmatch(r"p-(0|[1-9]\d*)-(0|[1-9]\d{0,5})", plan_id)
         if m is None:
-            raise ValueError(f"plan id {plan_id!r}: domain-style ids need the planner's p-ROUND-N plan ids")
+            raise IdError(f"plan id {plan_id!r}: domain-style ids need the planner's p-ROUND-N plan ids (N < 10^6)")
         return PlanIds(self.token(plan_id), key=int(m.group(1)) * 1_000_000 + int(m.group(2)))
 
 
@@ -204,7 +215,7 @@ class PlanIds:
         if self.key is None:
             return f"{prefix}{self.token}-{self.n}"
         if self.n >= 100:
-            raise ValueError(f"plan {self.token}: more than 99 record ids in one plan")
+            raise IdError(f"plan {self.token}: more than 99 record ids in one plan")
         x = self.key * 100 + self.n
         number = 100_000 + (x * _MIX) % _SPAN if x < _SPAN else 1_000_000 + x
         return f"{prefix}{number}"
