@@ -406,16 +406,41 @@ def pick_indist(training: list[dict[str, Any]], candidates: list[dict[str, Any]]
     return [{**t, "id": f"indist-{t['id']}"} for t in picked]
 
 
-def same_ids(folder: Path, ids: str) -> None:
+def same_synth(folder: Path, ids: str, weights: dict[str, float] | None = None) -> None:
     """Refuse a finished synthesis ``folder`` whose record ids are of another style than ``ids``
-    (``--synth-ids``): its tasks, and the SFT data made from them, are not this setting's."""
-    from tau_env.synthesis.run import id_style
+    (``--synth-ids``), or whose planner weights are not ``weights`` (``--synth-weights``): its tasks,
+    and the SFT data made from them, are not these settings'."""
+    from tau_env.synthesis.run import id_style, plan_weights
 
     run_json = folder / "run.json"
     if run_json.is_file():
-        theirs = id_style(json.loads(run_json.read_text(encoding="utf-8")))
-        if theirs != ids:
-            raise SystemExit(f"{folder} holds {theirs}-style ids, not {ids} (--synth-ids {ids}): use another --out")
+        settings = json.loads(run_json.read_text(encoding="utf-8"))
+        if id_style(settings) != ids:
+            raise SystemExit(
+                f"{folder} holds {id_style(settings)}-style ids, not {ids} (--synth-ids {ids}): use another --out"
+            )
+        if plan_weights(settings) != (weights or {}):
+            raise SystemExit(
+                f"{folder} was planned with weights {plan_weights(settings) or 'none'}, not {weights or 'none'} "
+                "(--synth-weights): use another --out"
+            )
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``--synth-weights``: ``KEY=W[,KEY=W...]`` (planner keys, :mod:`tau_env.synthesis.planner`)."""
+    import argparse
+
+    out: dict[str, float] = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, eq, value = part.rpartition("=")
+        try:
+            w = float(value)
+        except ValueError:
+            w = -1.0
+        if not eq or not key.strip() or not (w >= 0 and w != float("inf")):
+            raise argparse.ArgumentTypeError(f"{part!r}: expected KEY=WEIGHT with a finite weight >= 0 (failure:-=4)")
+        out[key.strip()] = w
+    return dict(sorted(out.items()))
 
 
 def indist_tasks(
@@ -426,6 +451,7 @@ def indist_tasks(
     decon: dict[str, Any] | None = None,
     also_trained: list[dict[str, Any]] | None = None,
     ids: str | None = None,
+    weights: dict[str, float] | None = None,
 ) -> tuple[Path, list[str]]:
     """The in-distribution check's tasks: a second synthesis run (``seed``, decontaminated as the
     training run is, ``decon``: :func:`decontaminate_run`'s settings; kept for reruns), filtered by
@@ -435,9 +461,9 @@ def indist_tasks(
     from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
 
     second = out / "indist_synth"
-    same_ids(second, ids or "plan")
+    same_synth(second, ids or "plan", weights)
     if not (second / "decontamination.json").is_file():
-        run_tasks(second, ENV, n=max(150, 4 * n), batch=max(150, 4 * n), seed=seed, ids=ids)
+        run_tasks(second, ENV, n=max(150, 4 * n), batch=max(150, 4 * n), seed=seed, ids=ids, weights=weights or None)
         run_decontaminate(second, against=ENV, **(decon or {}))
     read = lambda f: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]  # noqa: E731
     picked = pick_indist(read(synth / "tasks.jsonl") + list(also_trained or []), read(second / "tasks.jsonl"), n)
@@ -556,7 +582,13 @@ def first_turn(example: dict[str, Any]) -> dict[str, Any]:
 
 
 def first_turn_data(
-    out: Path, n: int, seed: int, decon: dict[str, Any], retrieval: str, ids: str | None = None
+    out: Path,
+    n: int,
+    seed: int,
+    decon: dict[str, Any],
+    retrieval: str,
+    ids: str | None = None,
+    weights: dict[str, float] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``--first-turns``: ``n`` more synthesized tasks (another seed, decontaminated as the training run
     is), the teacher's solved episodes on the single-request ones, each cut after its first trained
@@ -570,9 +602,9 @@ def first_turn_data(
     from tau_env.sft import select, to_example
 
     synth = out / "first_turn_synth"
-    same_ids(synth, ids or "plan")
+    same_synth(synth, ids or "plan", weights)
     if not (synth / "decontamination.json").is_file():
-        run_tasks(synth, ENV, n=n, batch=max(n, 10), seed=seed, ids=ids)
+        run_tasks(synth, ENV, n=n, batch=max(n, 10), seed=seed, ids=ids, weights=weights or None)
         run_decontaminate(synth, against=ENV, **decon)
     tasks = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
     single = [t["id"] for t in tasks if len(t["scenario"]["requests"]) == 1]
@@ -696,6 +728,13 @@ def main(argv: list[str] | None = None) -> int:
         help="record ids of the synthesized customers: 'plan' (C-P0300-1) or 'domain' (C-656237: digits, "
         "the shape of the shipped tasks' C-1004, so the ids the model copies look alike in training and evaluation)",
     )
+    p.add_argument(
+        "--synth-weights",
+        type=parse_weights,
+        default={},
+        help="planner weights of the synthesis runs, KEY=W[,KEY=W...]: failure:-=4 plans four plain requests "
+        "to one of each edge case (keys: tau_env.synthesis.planner; default: none, every cell alike)",
+    )
     p.add_argument("--sft-steps", type=int, default=0, help="SFT optimizer steps (0: --sft-epochs passes)")
     p.add_argument("--sft-epochs", type=float, default=1.0, help="passes over the SFT examples that fit --max-len")
     p.add_argument("--sft-batch", type=int, default=8, help="examples per SFT step (one shared prefix per step)")
@@ -772,10 +811,18 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- training tasks: synthesized, decontaminated against every shipped task (or the held-out ones)
     synth = out / "synth"
-    same_ids(synth, args.synth_ids)
+    same_synth(synth, args.synth_ids, args.synth_weights)
     decon_settings = decontaminate_run(synth, args.decontam_against, args.decontam_detectors)
     if not (synth / "decontamination.json").is_file():
-        run_tasks(synth, ENV, n=args.synth_n, batch=max(args.synth_n, 10), seed=args.seed, ids=args.synth_ids)
+        run_tasks(
+            synth,
+            ENV,
+            n=args.synth_n,
+            batch=max(args.synth_n, 10),
+            seed=args.seed,
+            ids=args.synth_ids,
+            weights=args.synth_weights or None,
+        )
         run_decontaminate(synth, against=ENV, **decon_settings)
     decon = json.loads((synth / "decontamination.json").read_text())
     shipped: list[str] = []
@@ -785,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     first_turn_tasks: list[dict[str, Any]] = []
     if args.first_turns:
         first_turns, first_turn_tasks = first_turn_data(
-            out, args.first_turns, args.seed + 2, decon_settings, args.retrieval, args.synth_ids
+            out, args.first_turns, args.seed + 2, decon_settings, args.retrieval, args.synth_ids, args.synth_weights
         )
     # the teacher's episodes need room: 40 steps
     data, data_stats = sft_data(synth, out / "sft_data", 40, args.retrieval, shipped, args.sft_shipped, first_turns)
@@ -804,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
     indist: dict[str, Any] = {}
     if args.indist:
         indist_file, indist_ids = indist_tasks(
-            out, synth, args.indist, args.seed + 1, decon_settings, first_turn_tasks, args.synth_ids
+            out, synth, args.indist, args.seed + 1, decon_settings, first_turn_tasks, args.synth_ids, args.synth_weights
         )
         indist["before"] = evaluate(base, out / "eval_indist_before", args, indist_ids, indist_file)
 
@@ -910,6 +957,8 @@ def main(argv: list[str] | None = None) -> int:
             "removed": len(decon["removed"]),
             "decontaminated_against": args.decontam_against,
             "detectors": args.decontam_detectors or "all",
+            "ids": args.synth_ids,
+            "weights": args.synth_weights or None,
         },
         "sft_data": data_stats,
         "before": before,

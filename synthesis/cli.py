@@ -170,6 +170,18 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _weights(pairs: list[tuple[str, float]] | None) -> dict[str, float] | None:
+    """``--weight`` pairs as a mapping (None when none is given); a key given twice is an error."""
+    if pairs is None:
+        return None
+    out: dict[str, float] = {}
+    for key, w in pairs:
+        if key in out and out[key] != w:
+            raise InvalidOptionError(f"--weight {key} is given twice ({out[key]:g} and {w:g}); give it once.")
+        out[key] = w
+    return out
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     _usable(args.out, "--out")
     if args.domain is None and not (args.out / RUN_FILE).is_file():
@@ -189,6 +201,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             workers=args.workers,
             quiet=args.quiet,
             ids=args.ids,
+            weights=_weights(args.weight),
         )
     finally:
         _close(llm)
@@ -303,6 +316,20 @@ def _names(text: str) -> list[str]:
     return [_name(n) for n in names]
 
 
+def _weight(text: str) -> tuple[str, float]:
+    """One ``KEY=WEIGHT`` of ``--weight``: a planner key and a finite number >= 0."""
+    import math
+
+    key, eq, value = text.rpartition("=")
+    try:
+        w = float(value)
+    except ValueError:
+        w = math.nan
+    if not eq or not key.strip() or not math.isfinite(w) or w < 0:
+        raise argparse.ArgumentTypeError(f"expected KEY=WEIGHT with a finite weight >= 0 (failure:-=4), got {text!r}")
+    return key.strip(), w
+
+
 def _from(s: argparse.ArgumentParser, required: bool = True) -> None:
     s.add_argument("--from", dest="from_", type=_path, required=required, metavar="RUN", help="the run folder")
 
@@ -349,6 +376,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="record ids of new customers: 'plan' (CHK-P017-1, the plan id inside) or 'domain' (CHK-482913: "
         "digits only, shaped as the domain's own CHK-2001) (default: plan for a new run, the run's own when "
         "continuing)",
+    )
+    s.add_argument(
+        "--weight",
+        type=_weight,
+        action="append",
+        metavar="KEY=W",
+        help="a planner weight, repeatable: a template (wire=2), a cell (wire/refusal/multi_doc=0), outcome:X, "
+        "failure:Y, or failure:- for the plain variants (failure:-=4: four plain requests to one of each edge "
+        "case) (default: none for a new run, the run's own when continuing)",
     )
     s.add_argument("--data-dir", **data_dir)
     _llm_flags(s)

@@ -16,6 +16,7 @@ Every stage appends records as it goes; a killed stage started again skips what 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 import warnings
@@ -65,12 +66,13 @@ def _open(
     *,
     same_backend: bool = False,
     ids: str | None = None,
+    weights: dict[str, float] | None = None,
 ):
     """The run folder ``out``: created for ``domain_id`` (or resumed if it holds that run), or, with
     ``domain_id`` None, the run already there; a ``seed`` (and with ``same_backend`` the model)
-    given for a run that continues must be the run's own, and so must an ``ids`` style.
+    given for a run that continues must be the run's own, and so must an ``ids`` style and ``weights``.
     """
-    from tau_env.synthesis.run import RunFolder, id_style
+    from tau_env.synthesis.run import RunFolder, id_style, plan_weights
 
     path = Path(out)
     if domain_id is None:  # a stage that continues a run: the folder says everything
@@ -89,6 +91,8 @@ def _open(
             differ.append(f"backend: {model(theirs)} in the folder, {model(ours)} now")
         if ids is not None and id_style(run.settings) != ids:
             differ.append(f"ids: {id_style(run.settings)} in the folder, {ids} now")
+        if weights is not None and plan_weights(run.settings) != weights:
+            differ.append(f"weights: {json.dumps(plan_weights(run.settings))} in the folder, {json.dumps(weights)} now")
         if differ:
             run.close()
             raise SynthesisError(
@@ -109,6 +113,7 @@ def _open(
         "backend": _backend(llm),
         "quiet": quiet,
         "ids": ids,
+        "weights": weights,
     }
     try:
         return RunFolder.create(path, settings)
@@ -123,6 +128,56 @@ def _open(
         elif target.exists() or target.is_symlink():
             target.unlink()
     return RunFolder.create(path, settings)
+
+
+def check_weights(weights: Any) -> dict[str, float] | None:
+    """``weights`` (planner weights, key -> number) as a run records them: string keys, finite
+    numbers >= 0, sorted; None stays None. Which keys exist depends on the domain's templates
+    (:func:`_known_weights` checks them once those are loaded).
+    """
+    import math
+
+    if weights is None:
+        return None
+    if not isinstance(weights, dict):
+        raise SynthesisError(f"weights={weights!r}: expected a mapping of planner keys to numbers >= 0.")
+    out: dict[str, float] = {}
+    for k, v in weights.items():
+        if not isinstance(k, str) or not k.strip():
+            raise SynthesisError(
+                f"weights: the key {k!r} is not a planner key (a template, a cell, outcome:X, failure:Y)."
+            )
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SynthesisError(f"weights[{k!r}] = {v!r}: expected a finite number >= 0.")
+        out[k.strip()] = float(v)
+    return dict(sorted(out.items()))
+
+
+def _known_weights(weights: dict[str, float], planner: Any) -> None:
+    """Refuse weight keys that no cell of the domain reads: a misspelt key would change nothing."""
+    import difflib
+
+    known = planner.weight_keys()
+    bad = [k for k in weights if k not in known]
+    if bad:
+        hints = []
+        for k in bad:
+            near = difflib.get_close_matches(k, sorted(known), n=3)
+            hints.append(f"{k!r}" + (f" (did you mean {', '.join(near)}?)" if near else ""))
+        raise SynthesisError(
+            f"weights: no template of this domain reads {'; '.join(hints)}. Keys are a template "
+            "(wire), a cell (wire/refusal/multi_doc, '-' for no failure mode), outcome:X or failure:Y "
+            f"(failure:- for the plain variants). This domain's templates: {', '.join(sorted(planner.templates))}; "
+            f"outcomes: {', '.join(sorted({c[1] for c in planner.cells()}))}; failure modes: "
+            f"{', '.join(sorted({c[2] or '-' for c in planner.cells()}))}."
+        )
+    if weights and not any(planner.weight(c) > 0 for c in planner.cells()):
+        raise SynthesisError("weights: they give every cell of this domain weight 0; nothing could be planned.")
+
+
+def _merged(prior: dict[str, float], reflected: dict[str, float]) -> dict[str, float]:
+    """The planner's weights: the run's own (``prior``) times reflection's, key by key."""
+    return {k: prior.get(k, 1.0) * reflected.get(k, 1.0) for k in {*prior, *reflected}}
 
 
 def _produced_nothing(path: Path) -> bool:
@@ -383,6 +438,7 @@ def run_tasks(
     max_rounds: int | None = None,
     workers: int = 1,
     ids: str | None = None,
+    weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Synthesize until ``n`` verified, reviewed, distinct single-request tasks are in ``out/tasks.jsonl``.
 
@@ -390,6 +446,13 @@ def run_tasks(
     for the next, and the round after that decides whether the update stays (its yield did not drop)
     or is rolled back. A run that is stopped goes on from its files: accepted tasks, verdicts and
     the current reflection version are on disk.
+
+    ``weights`` shapes the mix of plans (:mod:`~tau_env.synthesis.planner`'s keys: a template, a
+    cell ``template/outcome/failure``, ``outcome:X``, ``failure:Y``, ``failure:-`` for the plain
+    variants; say ``{"failure:-": 4}`` for four plain requests to one of each edge case). Coverage
+    still reaches every cell, rule constant and write tool; the weights decide the rest, and which
+    cells a tool's coverage plans use. Reflection's weights multiply them. The run records them:
+    a run continues only with its own (None: whatever they are).
     """
     from tau_env.synthesis.planner import Planner, coverage_wants
     from tau_env.synthesis.reflect import Reflector
@@ -399,13 +462,18 @@ def run_tasks(
     _positive("workers", workers)
     if ids is not None and ids not in ID_STYLES:
         raise SynthesisError(f"ids={ids!r}: one of {', '.join(ID_STYLES)}")
-    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids)
+    weights = check_weights(weights)
+    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids, weights=weights)
     seed = run.settings.get("seed", 0)  # the run's own, when it continues
     pool: ProcessPoolExecutor | None = None
     with run:
+        from tau_env.synthesis.run import plan_weights
+
         domain = run.domain()
         eg, tg = _graphs(run, domain, llm)
         stage = _Stage(run, domain, eg, tg, llm, review)
+        prior = plan_weights(run.settings)
+        _known_weights(prior, Planner(stage.templates, weights=prior))
         reflector = Reflector(run.path / "reflection")
         accepted = len(_tasks(run, "tasks.jsonl"))
         seen = {chain_signature(t) for t in [*_tasks(run, "tasks.jsonl"), *_tasks(run, "contaminated.jsonl")]}
@@ -429,7 +497,12 @@ def run_tasks(
             # a round cut short keeps its plans (plans.jsonl) and its finished verdicts (verdicts.jsonl)
             plans = [Plan.from_dict(p) for p in run.read("plans.jsonl") if p.get("round") == r]
             if not plans:
-                planner = Planner(stage.templates, weights=version.weights or None, seed=seed)
+                planner = Planner(
+                    stage.templates,
+                    weights=_merged(prior, version.weights or {}) or None,
+                    seed=seed,
+                    weighted_coverage=bool(prior),
+                )
                 # coverage first: write tools short of their share, rule constants not yet decisive
                 tools = [t for t in planner.write_tools() if t not in hopeless]
                 want_tools, want_rules = coverage_wants(

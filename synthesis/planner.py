@@ -13,8 +13,11 @@ fills ``n`` plans in this order:
 
 :func:`coverage_wants` computes ``want_tools`` and ``want_rules`` from the tasks accepted so far.
 Weights (reflection updates them) are keyed by a cell (``"wire/refusal/multi_doc"``), a template
-(``"wire"``), an outcome (``"outcome:refusal"``) or a failure mode (``"failure:multi_doc"``); a
-cell's weight is its own if given, else the product of the others (1 when absent). Each plan has a
+(``"wire"``), an outcome (``"outcome:refusal"``) or a failure mode (``"failure:multi_doc"``;
+``"failure:-"`` for the cells with none, the plain variants); a cell's weight is its own if given,
+else the product of the others (1 when absent). With ``weighted_coverage`` (a run given weights of its
+own), step 2's plans for a tool go to the cells that call it in proportion to their weights, not in
+turn. Each plan has a
 seed, a persona (temperament, verbosity, a wished tier) and the rule constants it wants decisive,
 cycling through the template's ``rule_keys`` so every constant gets its turn.
 """
@@ -48,6 +51,7 @@ class Planner:
         min_share: The share of each ``plan`` call every template gets however low its weight (a
             cell weighted exactly 0 is never planned).
         min_tool_share: The share of each ``plan`` call every write tool gets (plans of cells that call it).
+        weighted_coverage: Pick ``want_tools``' cells by weight (the default: in turn, whatever the weights).
     """
 
     def __init__(
@@ -58,6 +62,7 @@ class Planner:
         *,
         min_share: float = 0.01,
         min_tool_share: float = 0.03,
+        weighted_coverage: bool = False,
     ):
         tpls = dict(templates) if isinstance(templates, Mapping) else {t.name: t for t in templates}
         if not tpls:
@@ -75,6 +80,7 @@ class Planner:
             )
         self.min_share = min_share
         self.min_tool_share = min_tool_share
+        self.weighted_coverage = weighted_coverage
 
     def cells(self) -> list[tuple[str, str, str | None]]:
         """Every (template, outcome, failure mode) cell, in a stable order."""
@@ -96,8 +102,20 @@ class Planner:
             return max(0.0, float(self.weights[k]))
         w = float(self.weights.get(cell[0], 1.0))
         w *= float(self.weights.get(f"outcome:{cell[1]}", 1.0))
-        w *= float(self.weights.get(f"failure:{cell[2]}", 1.0)) if cell[2] else 1.0
+        w *= float(self.weights.get(f"failure:{cell[2] or '-'}", 1.0))
         return max(0.0, w)
+
+    def weight_keys(self) -> set[str]:
+        """Every key :meth:`weight` reads for some cell: the templates, the cells, ``outcome:X`` and
+        ``failure:Y`` (``failure:-``) of the outcomes and failure modes the cells use.
+        """
+        cells = self.cells()
+        return (
+            {c[0] for c in cells}
+            | {self.key(c) for c in cells}
+            | {f"outcome:{c[1]}" for c in cells}
+            | {f"failure:{c[2] or '-'}" for c in cells}
+        )
 
     def set_weights(self, weights: dict[str, float]) -> None:
         """Replace the weights (reflection's update)."""
@@ -157,8 +175,11 @@ class Planner:
         for tool, k in sorted((want_tools or {}).items()):
             calling = [c for c in live if tool in self.tools_of(c)]
             calling = [c for c in calling if c[1] == "success"] or calling
+            ws = [self.weight(c) for c in calling]
+            by_weight = self.weighted_coverage and len(set(ws)) > 1
             for i in range(min(k, n - len(chosen)) if calling else 0):
-                chosen.append((calling[(self.n + i) % len(calling)], None))
+                pick = self.rng.choices(calling, weights=ws)[0] if by_weight else calling[(self.n + i) % len(calling)]
+                chosen.append((pick, None))
         fresh = [c for c in cells if self.counts[self.key(c)] == 0 and self.weight(c) > 0]
         self.rng.shuffle(fresh)
         chosen += [(c, None) for c in fresh[: max(0, n - len(chosen))]]

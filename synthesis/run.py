@@ -46,7 +46,7 @@ SETTINGS = "run.json"
 STAGES = "stages.jsonl"
 INDEX = "synth.db"
 #: run.json keys that identify a run: a folder refuses a run that differs on one of them.
-IDENTITY = ("domain", "loader", "seed", "backend", "ids")
+IDENTITY = ("domain", "loader", "seed", "backend", "ids", "weights")
 #: Keys of a ``backend`` object that say how to reach the model, not which model it is.
 TRANSPORT = frozenset({"base_url", "api_key_env", "timeout", "retries", "max_concurrency"})
 _SAFE = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -115,11 +115,19 @@ def id_style(settings: dict[str, Any]) -> str:
     return settings.get("ids") or "plan"
 
 
+def plan_weights(settings: dict[str, Any]) -> dict[str, float]:
+    """The planner weights a run's ``settings`` (``run.json``) were given: none (``{}``) when it names
+    none (a run given no weights, or a folder written before weights could be given).
+    """
+    return dict(settings.get("weights") or {})
+
+
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The identifying settings both give and on which they differ, one short phrase each (the
-    folder's id style is :func:`id_style`'s).
+    folder's id style is :func:`id_style`'s, its weights :func:`plan_weights`').
     """
-    a = identity({**{k: v for k, v in old.items() if v is not None}, "ids": id_style(old)})
+    kept = {k: v for k, v in old.items() if v is not None}
+    a = identity({**kept, "ids": id_style(old), "weights": plan_weights(old)})
     b = identity({k: v for k, v in new.items() if v is not None})
     return [
         f"{k}: {_short(a[k])} in the folder, {_short(b[k])} now" for k in IDENTITY if k in a and k in b and a[k] != b[k]

@@ -77,9 +77,12 @@ def test_graphs_and_tasks_plumbing(calls, tmp_path, capsys):
         "workers": 3,
         "quiet": True,
         "ids": None,  # the run's own style (plan for a new run)
+        "weights": None,  # the run's own weights (none for a new run)
     }
     assert main([*argv, "--ids", "domain"]) == 0
     assert calls[-1][2]["ids"] == "domain"
+    assert main([*argv, "--weight", "failure:-=4", "--weight", "wire=0"]) == 0
+    assert calls[-1][2]["weights"] == {"failure:-": 4.0, "wire": 0.0}
     printed = capsys.readouterr().out
     assert "yield" in printed and "0.8333" in printed and "problems.replay_error  1" in printed
 

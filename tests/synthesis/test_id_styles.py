@@ -145,8 +145,8 @@ def test_the_recipe_refuses_a_folder_of_the_other_style(tmp_path):
     spec = importlib.util.spec_from_file_location("recipe_cpu_ids", script)
     recipe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recipe)
-    recipe.same_ids(tmp_path / "none", "domain")  # no folder yet: nothing to refuse
+    recipe.same_synth(tmp_path / "none", "domain")  # no folder yet: nothing to refuse
     pipeline.run_tasks(tmp_path / "synth", ENV, n=2, batch=2)
-    recipe.same_ids(tmp_path / "synth", "plan")
+    recipe.same_synth(tmp_path / "synth", "plan")
     with pytest.raises(SystemExit, match="plan-style ids, not domain"):
-        recipe.same_ids(tmp_path / "synth", "domain")
+        recipe.same_synth(tmp_path / "synth", "domain")
