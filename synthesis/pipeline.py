@@ -41,6 +41,8 @@ MIN_PER_TOOL = 20
 STALL_ROUNDS = 3
 #: Failed plans (none passing) after which coverage stops asking for a template's write tools.
 HOPELESS_TRIES = 10
+#: The largest weight a run may give one planner key (products of a few stay finite).
+MAX_PLAN_WEIGHT = 1e6
 #: Candidates synthesized concurrently (LLM calls overlap; the template backend is CPU-bound).
 CONCURRENCY = 16
 
@@ -131,12 +133,10 @@ def _open(
 
 
 def check_weights(weights: Any) -> dict[str, float] | None:
-    """``weights`` (planner weights, key -> number) as a run records them: string keys, finite
-    numbers >= 0, sorted; None stays None. Which keys exist depends on the domain's templates
+    """``weights`` (planner weights, key -> number) as a run records them: string keys, numbers
+    from 0 to :data:`MAX_PLAN_WEIGHT`, sorted; None stays None. Which keys exist depends on the domain's templates
     (:func:`_known_weights` checks them once those are loaded).
     """
-    import math
-
     if weights is None:
         return None
     if not isinstance(weights, dict):
@@ -147,8 +147,10 @@ def check_weights(weights: Any) -> dict[str, float] | None:
             raise SynthesisError(
                 f"weights: the key {k!r} is not a planner key (a template, a cell, outcome:X, failure:Y)."
             )
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise SynthesisError(f"weights[{k!r}] = {v!r}: expected a finite number >= 0.")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= MAX_PLAN_WEIGHT):
+            raise SynthesisError(f"weights[{k!r}] = {v!r}: expected a number from 0 to {MAX_PLAN_WEIGHT:g}.")
+        if k.strip() in out:
+            raise SynthesisError(f"weights: the key {k.strip()!r} is given twice; give it once.")
         out[k.strip()] = float(v)
     return dict(sorted(out.items()))
 
@@ -450,9 +452,10 @@ def run_tasks(
     ``weights`` shapes the mix of plans (:mod:`~tau_env.synthesis.planner`'s keys: a template, a
     cell ``template/outcome/failure``, ``outcome:X``, ``failure:Y``, ``failure:-`` for the plain
     variants; say ``{"failure:-": 4}`` for four plain requests to one of each edge case). Coverage
-    still reaches every cell, rule constant and write tool; the weights decide the rest, and which
-    cells a tool's coverage plans use. Reflection's weights multiply them. The run records them:
-    a run continues only with its own (None: whatever they are).
+    still comes first (each write tool its share, rule constants made decisive, each cell of weight
+    above 0 planned once); the weights pick the cells of a tool's coverage plans and sample the
+    rest. Reflection's weights multiply them. The run records them: a run continues only with its
+    own (None: whatever they are).
     """
     from tau_env.synthesis.planner import Planner, coverage_wants
     from tau_env.synthesis.reflect import Reflector
