@@ -427,20 +427,17 @@ def same_synth(folder: Path, ids: str, weights: dict[str, float] | None = None) 
 
 
 def parse_weights(text: str) -> dict[str, float]:
-    """``--synth-weights``: ``KEY=W[,KEY=W...]`` (planner keys, :mod:`tau_env.synthesis.planner`)."""
+    """``--synth-weights``: ``KEY=W[,KEY=W...]`` (planner keys, :mod:`tau_env.synthesis.planner`), each
+    pair parsed as ``tau-env synth tasks --weight`` parses it."""
     import argparse
 
-    out: dict[str, float] = {}
-    for part in filter(None, (x.strip() for x in text.split(","))):
-        key, eq, value = part.rpartition("=")
-        try:
-            w = float(value)
-        except ValueError:
-            w = -1.0
-        if not eq or not key.strip() or not (w >= 0 and w != float("inf")):
-            raise argparse.ArgumentTypeError(f"{part!r}: expected KEY=WEIGHT with a finite weight >= 0 (failure:-=4)")
-        out[key.strip()] = w
-    return dict(sorted(out.items()))
+    from tau_env.synthesis.cli import weight_map, weight_pair
+
+    try:
+        pairs = weight_map([weight_pair(part) for part in filter(None, (x.strip() for x in text.split(",")))])
+    except ValueError as e:  # a key given twice
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return dict(sorted((pairs or {}).items()))
 
 
 def indist_tasks(

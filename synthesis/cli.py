@@ -170,8 +170,10 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _weights(pairs: list[tuple[str, float]] | None) -> dict[str, float] | None:
-    """``--weight`` pairs as a mapping (None when none is given); a key given twice is an error."""
+def weight_map(pairs: list[tuple[str, float]] | None) -> dict[str, float] | None:
+    """``--weight`` pairs as a mapping (None when none is given); a key given twice is an error
+    (recipe_cpu.py's ``--synth-weights`` parses with this and :func:`weight_pair` too).
+    """
     if pairs is None:
         return None
     out: dict[str, float] = {}
@@ -201,7 +203,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             workers=args.workers,
             quiet=args.quiet,
             ids=args.ids,
-            weights=_weights(args.weight),
+            weights=weight_map(args.weight),
         )
     finally:
         _close(llm)
@@ -316,7 +318,7 @@ def _names(text: str) -> list[str]:
     return [_name(n) for n in names]
 
 
-def _weight(text: str) -> tuple[str, float]:
+def weight_pair(text: str) -> tuple[str, float]:
     """One ``KEY=WEIGHT`` of ``--weight``: a planner key and a finite number >= 0."""
     import math
 
@@ -326,7 +328,9 @@ def _weight(text: str) -> tuple[str, float]:
     except ValueError:
         w = math.nan
     if not eq or not key.strip() or not math.isfinite(w) or w < 0:
-        raise argparse.ArgumentTypeError(f"expected KEY=WEIGHT with a finite weight >= 0 (failure:-=4), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected KEY=WEIGHT with a finite weight >= 0 (failure:-=4), got {text[:80]!r}"
+        )
     return key.strip(), w
 
 
@@ -379,7 +383,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--weight",
-        type=_weight,
+        type=weight_pair,
         action="append",
         metavar="KEY=W",
         help="a planner weight, repeatable: a template (wire=2), a cell (wire/refusal/multi_doc=0), outcome:X, "

@@ -17,9 +17,8 @@ Weights (reflection updates them) are keyed by a cell (``"wire/refusal/multi_doc
 ``"failure:-"`` for the cells with none, the plain variants); a cell's weight is its own if given,
 else the product of the others (1 when absent). With ``weighted_coverage`` (a run given weights of its
 own), step 2's plans for a tool go to the cells that call it in proportion to their weights, not in
-turn. Each plan has a
-seed, a persona (temperament, verbosity, a wished tier) and the rule constants it wants decisive,
-cycling through the template's ``rule_keys`` so every constant gets its turn.
+turn. Each plan has a seed, a persona (temperament, verbosity, a wished tier) and the rule constants
+it wants decisive, cycling through the template's ``rule_keys`` so every constant gets its turn.
 """
 
 from __future__ import annotations
