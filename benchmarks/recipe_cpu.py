@@ -619,6 +619,66 @@ def first_turn_data(
     return examples, tasks
 
 
+def dagger_data(
+    out: Path, checkpoint: Path, synth: Path, pool: list[str], data: Path, args: argparse.Namespace
+) -> tuple[Path, dict[str, Any]]:
+    """``--dagger N``: the SFT checkpoint plays N synthesized single-request training tasks with the
+    teacher labelling its turns (``tau_env.reference_trainers.dagger``, ``--dagger-p`` the chance its
+    own turn is played where the two differ), in ``--workers`` one-thread processes; the examples,
+    and as many drawn from the SFT data (so the continued SFT does not drift from it), go into one
+    file. Returns the file and the counts."""
+    import random
+
+    rng = random.Random(args.seed + 3)
+    tasks = rng.sample(pool, min(args.dagger, len(pool)))
+    folder = out / f"dagger_{checkpoint.name}_{len(tasks)}-p{args.dagger_p:g}-t{args.eval_temperature:g}"
+    folder.mkdir(parents=True, exist_ok=True)
+    mix = folder / "sft_mix.jsonl"
+    workers = max(1, min(args.workers, len(tasks)))
+    env = dict(os.environ)
+    if workers > 1:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    started = time.perf_counter()
+    procs = []
+    for k in range(workers):
+        shard_out = folder / f"shard-{k}"
+        if (shard_out / "summary.json").is_file():
+            continue
+        cmd = [sys.executable, "-m", "tau_env.reference_trainers.dagger", "--checkpoint", str(checkpoint)]
+        cmd += ["--out", str(shard_out), "--tasks", str(synth / "tasks.jsonl"), "--seed", str(args.seed)]
+        cmd += ["--p-learner", f"{args.dagger_p:g}", "--temperature", f"{args.eval_temperature:g}"]
+        cmd += ["--max-tokens", str(args.max_new_tokens), "--max-steps", "40", "--retrieval", args.retrieval]
+        cmd += [x for t in tasks[k::workers] for x in ("--task", t)]
+        log = (folder / f"shard-{k}.log").open("w", encoding="utf-8")
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log, cmd))
+    for proc, log, cmd in procs:
+        rc = proc.wait()
+        log.close()
+        if rc != 0:
+            raise RuntimeError(f"DAgger collection failed (exit {rc}): {' '.join(cmd)}; see {log.name}")
+    summaries = [json.loads((folder / f"shard-{k}" / "summary.json").read_text()) for k in range(workers)]
+    labelled = [
+        line
+        for s in summaries
+        for line in Path(s["examples_file"]).read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    original = [x for x in data.read_text(encoding="utf-8").splitlines() if x.strip()]
+    replay = rng.sample(original, min(len(labelled), len(original)))
+    lines = labelled + replay
+    rng.shuffle(lines)
+    mix.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    stats = {
+        "tasks": len(tasks),
+        "p_learner": args.dagger_p,
+        **{k: sum(s[k] for s in summaries) for k in ("episodes", "turns", "agreed", "learner_played", "trained_turns")},
+        "labelled_examples": len(labelled),
+        "replayed_examples": len(replay),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    return mix, stats
+
+
 def fitting_tasks(data: Path, model_dir: Path, max_len: int) -> set[str]:
     """Ids of the tasks whose teacher episode (an example of the SFT file ``data``) fits ``max_len``
     tokens, counted with the model's tokenizer and the chat template its trainers render with.
@@ -755,6 +815,23 @@ def main(argv: list[str] | None = None) -> int:
         help="backpropagate through the shared prompt prefix in SFT and GRPO (exact; default off: the prefix "
         "runs once per step without gradient, ~1.4x faster, less memory)",
     )
+    p.add_argument(
+        "--dagger",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after SFT, the SFT checkpoint plays N synthesized training tasks with the teacher labelling its "
+        "turns (on-policy labels, DAgger), and SFT continues on those examples and as many of its own (0: off)",
+    )
+    p.add_argument(
+        "--dagger-p",
+        type=float,
+        default=0.5,
+        help="chance the checkpoint's own turn is played where it and the teacher differ",
+    )
+    p.add_argument(
+        "--dagger-steps", type=int, default=0, help="steps of the continued SFT (0: one pass over its examples)"
+    )
     p.add_argument("--grpo-steps", type=int, default=2)
     p.add_argument("--grpo-tasks", type=int, default=2, help="tasks per GRPO step")
     p.add_argument("--grpo-group", type=int, default=4, help="rollouts per task (G)")
@@ -772,7 +849,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--first-turns must be 0 (off) or a number of tasks up to 20000, not {args.first_turns}")
     if not 0 <= args.sft_shipped <= 100:  # each copy is ~30 more SFT examples
         p.error(f"--sft-shipped must be 0 (off) or a number of copies up to 100, not {args.sft_shipped}")
+    if not 0 <= args.dagger <= 10_000:
+        p.error(f"--dagger must be 0 (off) or a number of tasks up to 10000, not {args.dagger}")
+    if not 0.0 <= args.dagger_p <= 1.0:
+        p.error(f"--dagger-p must be a probability in [0, 1], not {args.dagger_p}")
+    if args.dagger_steps < 0:
+        p.error(f"--dagger-steps must be 0 (one pass) or more, not {args.dagger_steps}")
     if args.quick:
+        args.dagger = args.dagger and 1
         args.heldout, args.trials, args.synth_n, args.indist = 1, 1, 6, 1
         args.sft_steps, args.sft_batch, args.grpo_steps, args.grpo_tasks, args.grpo_group = 1, 2, 1, 1, 2
         args.max_new_tokens, args.max_steps, args.max_len = 4, 4, 100_000
@@ -881,8 +965,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = out / f"eval_indist_sft_{sft_ckpt.name}"
         indist["after_sft"] = evaluate(sft_ckpt, folder, args, indist_ids, indist_file)
 
-    # -- GRPO on the synthesized single-request tasks (the held-out tasks are single requests too) that fit
-    # the context, from SFT
+    # the synthesized single-request tasks (the held-out tasks are single requests too) whose teacher episode
+    # fits the context: DAgger and GRPO draw from them
     synthesized = [json.loads(x) for x in (synth / "tasks.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
     single = [t["id"] for t in synthesized if len(t["scenario"]["requests"]) == 1]
     fits = fitting_tasks(data, model_dir, args.max_len)
@@ -890,8 +974,46 @@ def main(argv: list[str] | None = None) -> int:
     if not pool:
         print(f"no teacher episode fits --max-len {args.max_len}: GRPO draws from every task", file=sys.stderr)
         pool = single
+
+    # -- DAgger: the teacher's turns in the states the SFT checkpoint reaches itself, then more SFT on them
+    after_dagger: dict[str, Any] | None = None
+    dagger_stats: dict[str, Any] | None = None
+    if args.dagger:
+        mix, dagger_stats = dagger_data(out, sft_ckpt, synth, pool, data, args)
+        t = time.perf_counter()
+        n_mix = sum(1 for x in mix.read_text(encoding="utf-8").splitlines() if x.strip())
+        sft_ckpt = sft.train(
+            sft.SFTConfig(
+                model=str(sft_ckpt),
+                data=[str(mix)],
+                out=str(out / f"sft_dagger_from_{sft_ckpt.name}"),
+                steps=args.dagger_steps or math.ceil(n_mix / args.sft_batch),
+                batch_size=args.sft_batch,
+                micro_batch=min(args.micro_batch, args.sft_batch),
+                lr=args.sft_lr,
+                max_len=args.max_len,
+                retrieval=args.retrieval,
+                max_new_tokens=args.max_new_tokens,
+                prefix_grad=args.prefix_grad,
+                turn_prefixes=0,
+                lora_layers=args.lora_layers,
+                seed=args.seed,
+                progress=not args.quick,
+            )
+        )
+        timings["dagger_sft_s"] = time.perf_counter() - t
+        timings["dagger_collect_s"] = dagger_stats["seconds"]
+        after_dagger = evaluate(
+            sft_ckpt, sft_ckpt.parents[1].with_name(f"eval_{sft_ckpt.parents[1].name}_{sft_ckpt.name}"), args, heldout
+        )
+        forced["after_dagger"] = teacher_forced(sft_ckpt, forced_examples)
+        if args.indist:
+            folder = sft_ckpt.parents[1].with_name(f"eval_indist_{sft_ckpt.parents[1].name}_{sft_ckpt.name}")
+            indist["after_dagger"] = evaluate(sft_ckpt, folder, args, indist_ids, indist_file)
+
+    # -- GRPO on those tasks, from the last SFT checkpoint
     # one GRPO folder per SFT checkpoint: a rerun with more SFT steps must not resume a GRPO run from the old one
-    grpo_dir = out / f"grpo_from_{sft_ckpt.name}"
+    grpo_dir = out / f"grpo_from_{'dagger_' if args.dagger else ''}{sft_ckpt.name}"
     t = time.perf_counter()
     grpo_ckpt = grpo.train(
         grpo.GRPOConfig(
@@ -924,23 +1046,40 @@ def main(argv: list[str] | None = None) -> int:
     grpo_rows = [json.loads(x) for x in (grpo_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     sft_rows = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
-    rows = [("before", before), ("after SFT", after_sft), ("after GRPO", after_grpo)]
+    rows = [("before", before), ("after SFT", after_sft)]
+    if after_dagger is not None:
+        rows.append(("after DAgger", after_dagger))
+    rows.append(("after GRPO", after_grpo))
     print(f"held-out Harbor Bank tasks: {len(heldout)} x {args.trials} trials (retrieval {args.retrieval})")
     print_stages(rows)
     print(f"teacher-forced on the teacher's episodes of the held-out tasks ({len(forced_examples)}): greedy turns")
     print(f"{'stage':<12} {'turns exact':>12} {'first turn':>11} {'last call':>10}")
-    for name, key in (("before", "before"), ("after SFT", "after_sft"), ("after GRPO", "after_grpo")):
+    for name, key in (
+        ("before", "before"),
+        ("after SFT", "after_sft"),
+        ("after DAgger", "after_dagger"),
+        ("after GRPO", "after_grpo"),
+    ):
+        if key not in forced:
+            continue
         f = forced[key]
         cells = (f"{f['turns_exact']}/{f['turns']}", f"{f['first_turn_exact']}/{f['episodes']}")
         print(f"{name:<12} {cells[0]:>12} {cells[1]:>11} {f['last_call_exact']:>6}/{f['episodes']}")
     if args.indist:
         print(f"in-distribution synthesized tasks (new customers): {len(indist_ids)} x {args.trials} trials")
-        stages = (("before", "before"), ("after SFT", "after_sft"), ("after GRPO", "after_grpo"))
-        print_stages([(name, indist[key]) for name, key in stages])
+        stages = (
+            ("before", "before"),
+            ("after SFT", "after_sft"),
+            ("after DAgger", "after_dagger"),
+            ("after GRPO", "after_grpo"),
+        )
+        print_stages([(name, indist[key]) for name, key in stages if key in indist])
     print(f"SFT loss: {sft_rows[0]['loss']:.3f} -> {sft_rows[-1]['loss']:.3f} over {len(sft_rows)} steps")
     print("GRPO reward per step: " + ", ".join(f"{r['reward']:.2f}" for r in grpo_rows))
-    rise = after_sft["pass@1"] - before["pass@1"]
-    se = math.sqrt((after_sft["se"] or 0) ** 2 + (before["se"] or 0) ** 2)
+    # the SFT stage ends after DAgger when it runs (both are supervised, on the teacher's turns)
+    sft_end = after_dagger if after_dagger is not None else after_sft
+    rise = sft_end["pass@1"] - before["pass@1"]
+    se = math.sqrt((sft_end["se"] or 0) ** 2 + (before["se"] or 0) ** 2)
     result = {
         "benchmark": "recipe_cpu",
         "quick": args.quick,
@@ -960,6 +1099,8 @@ def main(argv: list[str] | None = None) -> int:
         "sft_data": data_stats,
         "before": before,
         "after_sft": after_sft,
+        "after_dagger": after_dagger,
+        "dagger": dagger_stats,
         "after_grpo": after_grpo,
         "sft_rise": rise,
         "teacher_forced": forced,
@@ -979,7 +1120,9 @@ def main(argv: list[str] | None = None) -> int:
         "first_turns": args.first_turns,
         "threads": __import__("torch").get_num_threads(),
         "cpus": os.cpu_count(),
-        "plots": [str(out / "sft" / "metrics.svg"), str(grpo_dir / "metrics.svg")],
+        "plots": [str(out / "sft" / "metrics.svg")]
+        + ([str(sft_ckpt.parents[1] / "metrics.svg")] if args.dagger else [])
+        + [str(grpo_dir / "metrics.svg")],
     }
     print(json.dumps(result, default=str))
     if tmp is not None:

@@ -1,0 +1,331 @@
+r"""On-policy teacher labels (DAgger): SFT examples in the states a trained checkpoint reaches itself.
+
+    python -m tau_env.reference_trainers.dagger --checkpoint RUN/checkpoints/step-N --tasks tasks.jsonl \\
+        --out runs/dagger [--task ID ...] [--p-learner 0.5]
+
+SFT on teacher episodes trains every agent turn in the teacher's own conversation; sampled, a
+model makes a slip (an extra lookup, another question), and from then on the conversation is one
+no example showed it. Here the checkpoint plays the agent seat with the
+:class:`~tau_env.TeacherAgent` beside it. At each agent turn both are asked for the turn:
+
+- they agree (the same tool calls with the same arguments, or the same text): the turn is played;
+- they differ: with probability ``p_learner`` the checkpoint's turn is played and the teacher's
+  turn becomes one example (the conversation so far, trained on that turn only), and the teacher
+  forgets it was asked; otherwise the teacher's turn is played.
+
+After the episode, its conversation becomes one more example, trained on every turn the teacher
+chose (or agreed with) after the first turn the checkpoint played against it: the turns that
+follow a slip. Turns before it are the teacher's own episode, which the SFT data already holds.
+Nothing here needs a reward: the labels are the teacher's, and :class:`~tau_env.TeacherAgent`
+never uses a fact the conversation has not shown.
+
+The checkpoint is rolled out as ``tau-env eval --agent-checkpoint`` rolls it out (its chat template,
+the tool schemas of the episode's start rendered once), re-rendered from the conversation's text at
+every turn (a turn the teacher played is not one it sampled). Examples are SFT JSONL
+(``messages``, ``tools``, ``train``), the format of ``tau-env export-sft``: train on them with
+``python -m tau_env.reference_trainers.sft --data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tau_env.agents import TeacherAgent
+from tau_env.error import InvalidOptionError
+from tau_env.policy import Observation
+from tau_env.tasks import Task
+
+
+def _calls(message: dict[str, Any]) -> list[tuple[Any, Any]]:
+    out = []
+    for c in message.get("tool_calls") or []:
+        fn = (c.get("function") or {}) if isinstance(c, dict) else {}
+        raw = fn.get("arguments")
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            args = raw
+        out.append((fn.get("name"), args))
+    return out
+
+
+def same_turn(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two agent turns do the same: the same tool calls (names and parsed arguments, in
+    order; call ids aside), or, with no calls, the same text up to surrounding whitespace.
+    """
+    ca, cb = _calls(a), _calls(b)
+    if ca or cb:
+        return ca == cb
+    return (a.get("content") or "").strip() == (b.get("content") or "").strip()
+
+
+@dataclass
+class EpisodeLog:
+    """What one episode gave: the examples labelled at a slip, and the played turns."""
+
+    task_id: str
+    seed: int
+    tools: list[dict[str, Any]] | None = None
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    #: (position of the played turn in the agent's chat, the played message, trained?)
+    played: list[tuple[int, dict[str, Any], bool]] = field(default_factory=list)
+    last_messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+    agreed: int = 0
+    learner_played: int = 0
+
+
+class DaggerAgent:
+    """The agent seat: a checkpoint's policy with :class:`~tau_env.TeacherAgent` labelling its
+    turns (see the module's docstring). An :class:`~tau_env.AsyncPolicy`.
+
+    Args:
+        learner: A token policy (:func:`~tau_env.reference_trainers.checkpoint.agent_policy`).
+        p_learner: Probability that the learner's turn is played where the two differ (0: never,
+            every episode is the teacher's; 1: always, pure DAgger).
+        seed: Seeds the choice, with each episode's own seed.
+        lookup: The teacher's ``lookup`` mode.
+    """
+
+    def __init__(self, learner: Any, *, p_learner: float = 0.5, seed: int = 0, lookup: str = "early") -> None:
+        if isinstance(p_learner, bool) or not isinstance(p_learner, int | float) or not 0.0 <= p_learner <= 1.0:
+            raise InvalidOptionError(f"p_learner must be a probability in [0, 1], not {p_learner!r}.")
+        self.learner = learner
+        self.p_learner = float(p_learner)
+        self.base_seed = int(seed)
+        self.lookup = lookup
+        self.teacher = TeacherAgent(lookup=lookup)
+        self.logs: dict[tuple[str, int], EpisodeLog] = {}  # shared by the per-episode copies
+        self._log: EpisodeLog | None = None
+        self._task: Task | None = None
+        self._rng = random.Random(0)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DaggerAgent:
+        new = copy.copy(self)  # the learner (its model) and the logs are shared
+        new.teacher = TeacherAgent(lookup=self.lookup)
+        new._log, new._task = None, None
+        return new
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "policy": type(self).__name__,
+            "p_learner": self.p_learner,
+            "teacher": self.teacher.describe(),
+            "learner": self.learner.describe() if hasattr(self.learner, "describe") else type(self.learner).__name__,
+        }
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        self.teacher.reset(task, seed)
+        self._task = task
+        s = int(seed or 0)
+        self._rng = random.Random(self.base_seed * 1_000_003 + s)
+        self._log = EpisodeLog(task.id if task is not None else "", s)
+        self.logs[(self._log.task_id, s)] = self._log  # an episode played again replaces its first try
+
+    async def aact(self, obs: Observation) -> dict[str, Any]:
+        log = self._log
+        if log is None:
+            self.reset(None, 0)
+            log = self._log
+        assert log is not None
+        messages = list(obs.get("messages") or [])
+        if log.tools is None:
+            log.tools = list(obs.get("tools") or [])  # rendered once, as the rollout renders them
+        log.turns += 1
+        saved = copy.deepcopy(self.teacher.__dict__)
+        want = self.teacher(obs)
+        # a fresh trajectory per turn: the chat may hold turns the teacher played, not sampled ones
+        self.learner.reset(self._task, log.seed * 1009 + log.turns)
+        got = await self.learner.aact({**obs, "tools": log.tools})
+        episodes = getattr(self.learner, "_episodes", None)
+        if isinstance(episodes, list):
+            episodes.clear()  # its token records are not needed here
+        log.last_messages = messages
+        if same_turn(got, want):
+            log.agreed += 1
+            log.played.append((len(messages), want, True))
+            return want
+        if self._rng.random() < self.p_learner:
+            self.teacher.__dict__.update(saved)  # the teacher's turn was not played
+            log.learner_played += 1
+            log.examples.append(
+                {
+                    "task_id": log.task_id,
+                    "seed": log.seed,
+                    "messages": [*messages, want],
+                    "tools": log.tools,
+                    "train": [False] * len(messages) + [True],
+                }
+            )
+            log.played.append((len(messages), got, False))
+            return got
+        log.played.append((len(messages), want, True))
+        return want
+
+    def __call__(self, obs: Observation) -> Any:
+        raise InvalidOptionError("DaggerAgent is asynchronous: run it with tau_env.aevaluate.")
+
+
+def episode_examples(log: EpisodeLog, final_messages: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The SFT examples of one episode: those labelled at a slip, then (when the learner played a
+    turn) the conversation trained on the teacher's turns after the first slip.
+
+    ``final_messages`` is the agent's whole chat at the episode's end (its record's
+    ``agent_view``); without it, the last observation and the last played turn. A played turn the
+    chat does not hold where it was played (the env refused or rewrote it) is not trained.
+    """
+    out = list(log.examples)
+    if not log.played:
+        return out
+    chat = list(final_messages) if final_messages is not None else [*log.last_messages, log.played[-1][1]]
+    first_slip = next((pos for pos, _, trained in log.played if not trained), None)
+    if first_slip is None:
+        return out
+    train = [False] * len(chat)
+    for pos, message, trained in log.played:
+        if trained and pos > first_slip and pos < len(chat) and chat[pos].get("role") == "assistant":
+            if same_turn(chat[pos], message):
+                train[pos] = True
+    if any(train):
+        end = max(i for i, t in enumerate(train) if t) + 1
+        out.append(
+            {"task_id": log.task_id, "seed": log.seed, "messages": chat[:end], "tools": log.tools, "train": train[:end]}
+        )
+    return out
+
+
+def collect(
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    tasks: str | Path | None = None,
+    task_ids: list[str] | None = None,
+    env: str = "harbor-bank-v0",
+    trials: int = 1,
+    seed: int = 0,
+    p_learner: float = 0.5,
+    temperature: float = 0.3,
+    max_new_tokens: int | None = None,
+    max_steps: int = 40,
+    retrieval: str | None = None,
+    lookup: str = "early",
+) -> dict[str, Any]:
+    """Play ``checkpoint`` with the teacher labelling it (:class:`DaggerAgent`) on ``task_ids`` of
+    ``env`` (or of the task file ``tasks``) with the scripted user, and write the examples to
+    ``OUT/examples.jsonl`` (episodes in ``OUT/episodes``). Returns the counts, also written to
+    ``OUT/summary.json``. A folder that holds a summary is read back, not played again.
+    """
+    from tau_env.reference_trainers.checkpoint import checkpoint_policy
+
+    from tau_env import ScriptedUser
+    from tau_env.harness import aevaluate
+
+    out = Path(out)
+    summary_path = out / "summary.json"
+    if summary_path.is_file():
+        return json.loads(summary_path.read_text(encoding="utf-8"))
+    out.mkdir(parents=True, exist_ok=True)
+    learner, info = checkpoint_policy(checkpoint, temperature=temperature, max_new_tokens=max_new_tokens)
+    agent = DaggerAgent(learner, p_learner=p_learner, seed=seed, lookup=lookup)
+    trained = info.get("agent") or {}
+    kwargs: dict[str, Any] = {"max_steps": max_steps, "retrieval": retrieval or trained.get("retrieval") or "grep"}
+    if tasks is not None:
+        kwargs["tasks"] = str(tasks)
+    run = asyncio.run(
+        aevaluate(
+            env,
+            agent,
+            ScriptedUser(),
+            task_ids=task_ids or None,
+            trials=trials,
+            seed=seed,
+            concurrency=1,
+            out_dir=out / "episodes",
+            resume=False,
+            config={"dagger": {"checkpoint": str(checkpoint), "p_learner": p_learner, "temperature": temperature}},
+            **kwargs,
+        )
+    )
+    records = {
+        (r["task_id"], int(r.get("seed") or 0)): r
+        for r in (
+            json.loads(x)
+            for x in (Path(run.out_dir) / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
+            if x.strip()
+        )
+    }
+    examples: list[dict[str, Any]] = []
+    turns = agreed = played = 0
+    for key, log in sorted(agent.logs.items()):
+        record = records.get(key)
+        view = (record or {}).get("agent_view") or {}
+        examples += episode_examples(log, view.get("messages") if isinstance(view, dict) else None)
+        turns, agreed, played = turns + log.turns, agreed + log.agreed, played + log.learner_played
+    with (out / "examples.jsonl").open("w", encoding="utf-8") as f:
+        for ex in examples:
+            f.write(json.dumps(ex, ensure_ascii=False) + "\n")
+    summary = {
+        "episodes": len(agent.logs),
+        "turns": turns,
+        "agreed": agreed,
+        "learner_played": played,
+        "examples": len(examples),
+        "trained_turns": sum(sum(ex["train"]) for ex in examples),
+        "examples_file": str(out / "examples.jsonl"),
+        "pass@1_mixed": run.metrics.get("pass@1"),
+    }
+    summary_path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tau_env.reference_trainers.dagger", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--checkpoint", type=Path, required=True, help="a trainer's checkpoint folder")
+    p.add_argument("--out", type=Path, required=True, help="folder for examples.jsonl, summary.json and the episodes")
+    p.add_argument("--env", default="harbor-bank-v0")
+    p.add_argument("--tasks", type=Path, default=None, help="a task file (a synthesis run's tasks.jsonl)")
+    p.add_argument("--task", action="append", default=[], help="a task id (repeat; default: every task)")
+    p.add_argument("--trials", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--p-learner", type=float, default=0.5, help="probability the checkpoint's turn is played where they differ"
+    )
+    p.add_argument("--temperature", type=float, default=0.3)
+    p.add_argument("--max-tokens", type=int, default=None, help="per agent turn (default: the checkpoint's)")
+    p.add_argument("--max-steps", type=int, default=40)
+    p.add_argument("--retrieval", default=None, help="default: the checkpoint's")
+    args = p.parse_args(argv)
+    if not 0.0 <= args.p_learner <= 1.0:
+        p.error(f"--p-learner must be in [0, 1], not {args.p_learner}")
+    if args.trials < 1:
+        p.error(f"--trials must be at least 1, not {args.trials}")
+    summary = collect(
+        args.checkpoint,
+        args.out,
+        tasks=args.tasks,
+        task_ids=args.task or None,
+        env=args.env,
+        trials=args.trials,
+        seed=args.seed,
+        p_learner=args.p_learner,
+        temperature=args.temperature,
+        max_new_tokens=args.max_tokens,
+        max_steps=args.max_steps,
+        retrieval=args.retrieval,
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""On-policy teacher labels (``tau_env.reference_trainers.dagger``): which turn is played, which
+turns are labelled, and that every example is a valid SFT example of the teacher's turns.
+
+Learners here are scripted stand-ins for a checkpoint (no model); one test plays a tiny random
+checkpoint through the command-line entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tau_env.reference_trainers.dagger import DaggerAgent, EpisodeLog, episode_examples, same_turn
+
+import tau_env
+from tau_env.error import InvalidOptionError
+from tau_env.messages import assistant_message, say, tool_call
+
+ENV = "harbor-bank-v0"
+TASK = "travel_notice_simple"
+
+
+class Learner:
+    """A stand-in for a checkpoint's policy: the teacher's own turn, except at the turns ``slips``
+    names, where it plays ``slips[turn]`` (and its own teacher does not advance); or, at every
+    turn, ``always(turn)``.
+
+    :class:`DaggerAgent` resets the learner before every turn (a fresh trajectory); the stand-in
+    keeps its episode state across those resets (the conversation tells a real model the same).
+    """
+
+    def __init__(self, slips: dict[int, dict] | None = None, always=None):
+        self.slips = slips or {}
+        self.always = always
+        self.teacher = tau_env.TeacherAgent()
+        self._key = None
+        self.turn = 0
+
+    def reset(self, task=None, seed=None):
+        if task is not self._key:
+            self._key = task
+            self.teacher.reset(task, seed)
+            self.turn = 0
+
+    async def aact(self, obs):
+        self.turn += 1
+        if self.always is not None:
+            return self.always(self.turn)
+        if self.turn in self.slips:
+            saved = copy.deepcopy(self.teacher.__dict__)
+            self.teacher(obs)
+            self.teacher.__dict__.update(saved)
+            return copy.deepcopy(self.slips[self.turn])
+        return self.teacher(obs)
+
+
+def _play(learner, p=1.0, task=TASK, seed=0):
+    agent = DaggerAgent(learner, p_learner=p, seed=seed)
+    run = asyncio.run(
+        tau_env.aevaluate(
+            ENV, agent, tau_env.ScriptedUser(), task_ids=[task], concurrency=1, retrieval="grep", max_steps=40
+        )
+    )
+    (log,) = agent.logs.values()
+    record = run.results[0].to_dict()
+    return log, record, episode_examples(log, record["agent_view"]["messages"])
+
+
+def _teacher_episode(task=TASK):
+    run = tau_env.evaluate(
+        ENV, tau_env.TeacherAgent(), tau_env.ScriptedUser, task_ids=[task], retrieval="grep", max_steps=40
+    )
+    return run.results[0].to_dict()
+
+
+def _assert_valid(example):
+    messages, train = example["messages"], example["train"]
+    assert len(messages) == len(train) and any(train)
+    assert messages[-1]["role"] == "assistant" and train[-1]
+    for m, t in zip(messages, train):
+        if t:
+            assert m["role"] == "assistant"
+    assert example["tools"]  # the tools of the start, rendered once
+
+
+def test_a_learner_that_agrees_plays_the_teachers_episode_and_labels_nothing():
+    log, record, examples = _play(Learner(), p=1.0)
+    teacher = _teacher_episode()
+    assert record["reward"] == 1.0
+    assert log.agreed == log.turns > 0 and log.learner_played == 0
+    assert examples == []  # no slip: the SFT data already holds these turns
+    assert record["agent_view"]["messages"] == teacher["agent_view"]["messages"]
+
+
+def _lookups(turn):
+    """A learner that only ever greps, for something else each turn (the loop rule ends repeats)."""
+    return assistant_message(None, [tool_call("grep_documents", {"pattern": f"fee {turn}"}, id=f"gen_{turn}")])
+
+
+def test_with_p_zero_the_teacher_plays_whatever_the_learner_says():
+    log, record, examples = _play(Learner(always=_lookups), p=0.0)
+    assert record["reward"] == 1.0 and log.learner_played == 0 and log.agreed == 0
+    assert examples == []
+    assert record["agent_view"]["messages"] == _teacher_episode()["agent_view"]["messages"]
+
+
+def test_with_p_one_every_turn_of_a_learner_that_only_looks_up_is_labelled_with_the_teachers_turn():
+    log, record, examples = _play(Learner(always=_lookups), p=1.0)
+    assert record["reward"] == 0.0
+    assert log.learner_played == log.turns == len(examples) > 5
+    first = tau_env.TeacherAgent()
+    env = tau_env.make(ENV, retrieval="grep", max_steps=40)
+    env.reset(seed=0, options={"task_id": TASK})
+    first.reset(env.task)
+    chat = record["agent_view"]["messages"]
+    for ex in examples:
+        _assert_valid(ex)
+        assert sum(ex["train"]) == 1
+        n = len(ex["messages"]) - 1
+        assert ex["messages"][:n] == chat[:n]  # the conversation the learner was in
+        assert (
+            same_turn(chat[n], _lookups(0)) is False
+            and chat[n]["tool_calls"][0]["function"]["name"] == "grep_documents"
+        )
+        # every label is the teacher's first turn: a lookup is not a step of its route
+        assert same_turn(ex["messages"][-1], examples[0]["messages"][-1])
+    # the label of the first turn is what the teacher does on the first observation: its lookup
+    want = first({"messages": examples[0]["messages"][:-1], "tools": examples[0]["tools"]})
+    assert same_turn(examples[0]["messages"][-1], want)
+    assert want["tool_calls"][0]["function"]["name"] == "grep_documents"
+
+
+def test_after_a_slip_the_conversation_trains_the_teachers_later_turns_only():
+    slip = _lookups(3)  # an extra lookup (text the scripted user does not expect ends the call)
+    log, record, examples = _play(Learner(slips={3: slip}), p=1.0)
+    assert record["reward"] == 1.0  # a harmless slip: the teacher's route goes on after it
+    assert log.learner_played == 1 and log.agreed == log.turns - 1
+    labelled, conversation = examples
+    _assert_valid(labelled)
+    assert sum(labelled["train"]) == 1
+    _assert_valid(conversation)
+    chat = record["agent_view"]["messages"]
+    slip_at = len(labelled["messages"]) - 1
+    assert same_turn(chat[slip_at], slip)
+    assert conversation["messages"] == chat[: len(conversation["messages"])]
+    trained = [i for i, t in enumerate(conversation["train"]) if t]
+    assert trained and min(trained) > slip_at
+    # every assistant turn after the slip is trained (the teacher's), none before it
+    after = [i for i, m in enumerate(conversation["messages"]) if m["role"] == "assistant" and i > slip_at]
+    assert trained == after
+
+
+def test_a_played_turn_the_env_does_not_hold_where_it_was_played_is_not_trained():
+    log = EpisodeLog("t", 0, tools=[{"type": "function", "function": {"name": "x"}}])
+    a = say("a")
+    b = assistant_message(None, [tool_call("get_x", {"id": 1}, id="teacher_1")])
+    log.played = [(1, a, False), (3, b, True)]
+    chat = [{"role": "assistant", "content": "hi"}, a, {"role": "user", "content": "u"}, say("rewritten")]
+    assert episode_examples(log, chat) == []
+    chat[3] = b
+    (ex,) = episode_examples(log, chat)
+    assert ex["train"] == [False, False, False, True]
+
+
+def test_same_turn_compares_calls_by_name_and_parsed_arguments_and_text_by_its_words():
+    one = assistant_message(None, [tool_call("f", {"a": 1, "b": [2]}, id="x")])
+    two = assistant_message(None, [tool_call("f", '{"b": [2], "a": 1}', id="y")])
+    assert same_turn(one, two)
+    assert not same_turn(one, assistant_message(None, [tool_call("f", {"a": 2, "b": [2]})]))
+    assert not same_turn(one, say('f {"a": 1}'))
+    assert same_turn(say(" hello "), say("hello"))
+    assert not same_turn(say("hello"), say("hello!"))
+    bad = assistant_message(None, [{"type": "function", "function": {"name": "f", "arguments": "{not json"}}])
+    assert same_turn(bad, copy.deepcopy(bad)) and not same_turn(bad, one)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.01, math.nan, True, "0.5", None])
+def test_a_probability_outside_zero_to_one_is_refused(p):
+    with pytest.raises(InvalidOptionError, match="p_learner"):
+        DaggerAgent(Learner(), p_learner=p)
+
+
+_TURNS = st.one_of(
+    st.builds(say, st.text(max_size=20)),
+    st.builds(
+        lambda name, args: assistant_message(None, [tool_call(name, args)]),
+        st.sampled_from(["grep_documents", "get_current_time", "find_customer", "no_such_tool", "transfer_funds"]),
+        st.one_of(
+            st.dictionaries(
+                st.sampled_from(["pattern", "customer_id", "amount_cents"]), st.integers() | st.text(max_size=8)
+            ),
+            st.text(max_size=10),
+        ),
+    ),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    slips=st.dictionaries(st.integers(min_value=1, max_value=14), _TURNS, max_size=6),
+    p=st.floats(min_value=0.0, max_value=1.0),
+    seed=st.integers(min_value=0, max_value=3),
+    task=st.sampled_from([TASK, "found_card_unlock", "close_zero_balance_savings"]),
+)
+def test_any_learner_gives_valid_examples_of_the_teachers_turns_only(slips, p, seed, task):
+    log, record, examples = _play(Learner(slips=slips), p=p, task=task, seed=seed)
+    assert log.agreed + log.learner_played <= log.turns
+    assert sum(1 for ex in examples if sum(ex["train"]) == 1 and len(ex["train"]) - 1 == ex["train"].index(True)) >= (
+        log.learner_played
+    )
+    for ex in examples:
+        _assert_valid(ex)
+        json.dumps(ex)  # a JSONL line
+        for m, t in zip(ex["messages"], ex["train"]):
+            if t:  # the teacher's own turns: its call ids (the oracle's, for the reference actions)
+                assert all(c.get("id", "").startswith(("teacher_", "oracle_")) for c in m.get("tool_calls") or [])
+        for i in range(len(ex["messages"]) - 1):  # the learner's own played turns carry no loss
+            if any(pos == i and not trained for pos, _, trained in log.played):
+                assert not ex["train"][i]
+    if log.learner_played == 0:
+        assert examples == []
+
+
+def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import build_tiny_model, read_sft_jsonl, tokenize_sft_example
+    from tau_env.reference_trainers.dagger import main
+
+    corpus = [json.dumps(_teacher_episode()["agent_view"])] * 3
+    model = build_tiny_model(tmp_path / "tiny", corpus)
+    ckpt = base_checkpoint(model, tmp_path / "base", retrieval="grep", max_new_tokens=6)
+    out = tmp_path / "dagger"
+    argv = ["--checkpoint", str(ckpt), "--out", str(out), "--task", TASK, "--p-learner", "1", "--max-steps", "6"]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 1 and summary["turns"] >= 1
+    examples = read_sft_jsonl([out / "examples.jsonl"])
+    assert len(examples) == summary["examples"] >= 1  # a random model slips at once
+    from tau_env.reference_trainers.checkpoint import load_checkpoint
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ckpt))
+    template = load_checkpoint(ckpt).chat_template
+    for ex in examples:
+        sample = tokenize_sft_example(tok, ex, template)
+        assert sum(sample.loss_mask) > 0
+    # a second call reads the folder back instead of playing again
+    assert main(argv) == 0 and json.loads((out / "summary.json").read_text()) == summary
+    with pytest.raises(SystemExit):
+        main([*argv[:4], "--p-learner", "2"])
