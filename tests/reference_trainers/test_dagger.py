@@ -216,9 +216,18 @@ def test_any_learner_gives_valid_examples_of_the_teachers_turns_only(slips, p, s
     for ex in examples:
         _assert_valid(ex)
         json.dumps(ex)  # a JSONL line
-        for m, t in zip(ex["messages"], ex["train"]):
-            if t:  # the teacher's own turns: its call ids (the oracle's, for the reference actions)
-                assert all(c.get("id", "").startswith(("teacher_", "oracle_")) for c in m.get("tool_calls") or [])
+        labelled = sum(ex["train"]) == 1 and ex["train"][-1] and ex in log.examples
+        for i, (m, t) in enumerate(zip(ex["messages"], ex["train"])):
+            if t and not labelled:  # the conversation: trained only where the teacher's turn was played
+                assert any(pos == i and trained and same_turn(m, msg) for pos, msg, trained in log.played)
+            # call ids as the env's chat holds them (it renames an id used twice): each call's result,
+            # where the example holds it, answers that id
+            for k, c in enumerate(m.get("tool_calls") or []):
+                if i + 1 + k < len(ex["messages"]) and ex["messages"][i + 1 + k]["role"] == "tool":
+                    assert ex["messages"][i + 1 + k]["tool_call_id"] == c["id"]
+        if labelled:  # a label: the teacher's turn, its own call ids
+            calls = ex["messages"][-1].get("tool_calls") or []
+            assert all(c["id"].startswith(("teacher_", "oracle_")) for c in calls)
         for i in range(len(ex["messages"]) - 1):  # the learner's own played turns carry no loss
             if any(pos == i and not trained for pos, _, trained in log.played):
                 assert not ex["train"][i]
