@@ -11,7 +11,9 @@ no example showed it. Here the checkpoint plays the agent seat with the
 - they agree (the same tool calls with the same arguments, or the same text): the turn is played;
 - they differ: with probability ``p_learner`` the checkpoint's turn is played and the teacher's
   turn becomes one example (the conversation so far, trained on that turn only), and the teacher
-  forgets it was asked; otherwise the teacher's turn is played.
+  forgets it was asked; otherwise the teacher's turn is played. A call the checkpoint played that
+  is one of the teacher's remaining reference actions (the same name and arguments) and that the
+  env carried out (its result is not an error) counts as done for the teacher: it does not repeat it.
 
 After the episode, its conversation becomes one more example, trained on every turn the teacher
 chose (or agreed with) after the first turn the checkpoint played against it: the turns that
@@ -106,12 +108,13 @@ class DaggerAgent:
         self.logs: dict[tuple[str, int], EpisodeLog] = {}  # shared by the per-episode copies
         self._log: EpisodeLog | None = None
         self._task: Task | None = None
+        self._learner_turn: tuple[int, dict[str, Any]] | None = None  # (position, turn) played last
         self._rng = random.Random(0)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> DaggerAgent:
         new = copy.copy(self)  # the learner (its model) and the logs are shared
         new.teacher = TeacherAgent(lookup=self.lookup)
-        new._log, new._task = None, None
+        new._log, new._task, new._learner_turn = None, None, None
         return new
 
     def describe(self) -> dict[str, Any]:
@@ -129,6 +132,32 @@ class DaggerAgent:
         self._rng = random.Random(self.base_seed * 1_000_003 + s)
         self._log = EpisodeLog(task.id if task is not None else "", s)
         self.logs[(self._log.task_id, s)] = self._log  # an episode played again replaces its first try
+        self._learner_turn = None
+
+    def _credit_learner(self, messages: list[dict[str, Any]]) -> None:
+        """Mark the teacher's remaining reference actions that the learner's last played turn
+        performed (the same call, carried out: the tool result after it is no error) as done.
+        """
+        if self._learner_turn is None:
+            return
+        pos, turn = self._learner_turn
+        self._learner_turn = None
+        actions = getattr(self.teacher, "_actions", None)
+        done = getattr(self.teacher, "_done_early", None)
+        if not isinstance(actions, list) or not isinstance(done, set):
+            return
+        for k, (name, args) in enumerate(_calls(turn)):
+            at = pos + 1 + k
+            result = messages[at] if at < len(messages) else None
+            if not result or result.get("role") != "tool" or result.get("name") != name:
+                continue
+            if str(result.get("content") or "").startswith("Error:"):
+                continue
+            for i in range(self.teacher._i, len(actions)):
+                a = actions[i]
+                if i not in done and a.requestor == "agent" and a.name == name and a.arguments == args:
+                    done.add(i)
+                    break
 
     async def aact(self, obs: Observation) -> dict[str, Any]:
         log = self._log
@@ -140,6 +169,7 @@ class DaggerAgent:
         if log.tools is None:
             log.tools = list(obs.get("tools") or [])  # rendered once, as the rollout renders them
         log.turns += 1
+        self._credit_learner(messages)
         saved = copy.deepcopy(self.teacher.__dict__)
         want = self.teacher(obs)
         # a fresh trajectory per turn: the chat may hold turns the teacher played, not sampled ones
@@ -166,6 +196,7 @@ class DaggerAgent:
                 }
             )
             log.played.append((len(messages), got, False))
+            self._learner_turn = (len(messages), got)
             return got
         log.played.append((len(messages), want, True))
         return want

@@ -8,6 +8,7 @@ checkpoint through the command-line entry point.
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import json
 import math
@@ -155,6 +156,69 @@ def test_after_a_slip_the_conversation_trains_the_teachers_later_turns_only():
     assert trained == after
 
 
+def _key(name, args):
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    return name, json.dumps(args, sort_keys=True)
+
+
+def _carried_out(chat, before):
+    """(name, arguments) of the calls in ``chat[:before]`` the env carried out (no error after them)."""
+    done = collections.Counter()
+    for i, m in enumerate(chat[:before]):
+        for k, c in enumerate(m.get("tool_calls") or [] if m.get("role") == "assistant" else []):
+            result = chat[i + 1 + k] if i + 1 + k < len(chat) else {}
+            if result.get("role") == "tool" and not str(result.get("content")).startswith("Error:"):
+                done[_key(c["function"]["name"], c["function"]["arguments"])] += 1
+    return done
+
+
+def _reference(task_id):
+    env = tau_env.make(ENV, retrieval="grep", max_steps=40)
+    env.reset(seed=0, options={"task_id": task_id})
+    return collections.Counter(_key(a.name, a.arguments) for a in env.task.actions if a.requestor == "agent")
+
+
+def _assert_teacher_repeats_nothing_done(log, chat, task_id):
+    reference = _reference(task_id)
+    for pos, message, trained in log.played:
+        if not trained:
+            continue
+        before = _carried_out(chat, pos)
+        for c in message.get("tool_calls") or []:
+            key = _key(c["function"]["name"], c["function"]["arguments"])
+            if key in reference:
+                assert before[key] < reference[key], f"the teacher repeated {key} at {pos}"
+
+
+def test_a_reference_call_the_learner_carried_out_is_not_repeated_by_the_teacher():
+    ref = _teacher_episode()["agent_view"]["messages"]
+    find = next(m for m in ref if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "find_customer")
+    log, record, examples = _play(Learner(slips={1: copy.deepcopy(find)}), p=1.0)
+    chat = record["agent_view"]["messages"]
+    assert record["reward"] == 1.0
+    played_find = [
+        (pos, trained) for pos, m, trained in log.played if same_turn(m, find)
+    ]  # the learner's slip, and again where its own teacher reaches it: never the teacher's
+    assert played_find and not any(trained for _, trained in played_find)
+    _assert_teacher_repeats_nothing_done(log, chat, TASK)
+
+
+def test_a_reference_call_the_env_refused_is_still_played_by_the_teacher():
+    ref = _teacher_episode()["agent_view"]["messages"]
+    write = next(
+        m for m in ref if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"].startswith("set_travel_notice")
+    )
+    log, record, examples = _play(Learner(slips={1: copy.deepcopy(write)}), p=1.0)
+    chat = record["agent_view"]["messages"]
+    assert chat[4]["role"] == "tool" and chat[4]["content"].startswith("Error:")  # locked at the start
+    assert record["reward"] == 1.0
+    assert any(trained and same_turn(m, write) for _, m, trained in log.played)  # the teacher writes it
+
+
 def test_a_played_turn_the_env_does_not_hold_where_it_was_played_is_not_trained():
     log = EpisodeLog("t", 0, tools=[{"type": "function", "function": {"name": "x"}}])
     a = say("a")
@@ -233,6 +297,7 @@ def test_any_learner_gives_valid_examples_of_the_teachers_turns_only(slips, p, s
                 assert not ex["train"][i]
     if log.learner_played == 0:
         assert examples == []
+    _assert_teacher_repeats_nothing_done(log, record["agent_view"]["messages"], task)
 
 
 def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
