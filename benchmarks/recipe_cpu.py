@@ -106,19 +106,10 @@ def pass_at_1(records: list[dict[str, Any]]) -> dict[str, Any]:
 def _agent_calls(record: dict[str, Any]) -> list[tuple[str, Any]]:
     """The agent's tool calls in an episode record, as (name, parsed arguments); arguments that are not
     JSON stay the text they were (they match no reference call)."""
-    calls = []
-    for event in record.get("events") or []:
-        if event.get("seat") != "agent":
-            continue
-        for tc in (event.get("message") or {}).get("tool_calls") or []:
-            fn = tc.get("function") or {}
-            raw = fn.get("arguments")
-            try:
-                args = json.loads(raw) if isinstance(raw, str) else raw
-            except ValueError:
-                args = raw
-            calls.append((fn.get("name"), args))
-    return calls
+    from tau_env.reference_trainers.dagger import call_signatures
+
+    events = record.get("events") or []
+    return [c for e in events if e.get("seat") == "agent" for c in call_signatures(e.get("message") or {})]
 
 
 def _agent_errors(record: dict[str, Any]) -> int:
@@ -320,6 +311,24 @@ def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
         print(f"{name:<12} {cells[0]:>9} {cells[1]:>9} {cells[2]:>10} {cells[3]:>10} {cells[4]:>10} {cells[5]:>10}")
 
 
+def run_workers(folder: Path, cmds: list[tuple[int, list[str]]], what: str, *, single_thread: bool) -> None:
+    """Run each ``(k, command)`` in a process of its own at once, its output in ``folder/shard-K.log``
+    (one thread each with ``single_thread``), and wait for all; a failed one raises with its command.
+    """
+    env = dict(os.environ)
+    if single_thread:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs = []
+    for k, cmd in cmds:
+        log = (folder / f"shard-{k}.log").open("w", encoding="utf-8")
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log, cmd))
+    for proc, log, cmd in procs:
+        rc = proc.wait()
+        log.close()
+        if rc != 0:
+            raise RuntimeError(f"{what} failed (exit {rc}): {' '.join(cmd)}; see {log.name}")
+
+
 def evaluate(
     checkpoint: Path, out: Path, args: argparse.Namespace, tasks: list[str], tasks_file: Path | None = None
 ) -> dict[str, Any]:
@@ -338,11 +347,8 @@ def evaluate(
     )
     out.mkdir(parents=True, exist_ok=True)
     workers = max(1, min(args.workers, len(tasks)))
-    env = dict(os.environ)
-    if workers > 1:
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     started = time.perf_counter()
-    procs = []
+    cmds = []
     for k in range(workers):
         shard = tasks[k::workers]
         cmd = [sys.executable, "-m", "tau_env.cli", "eval", "--agent-checkpoint", str(checkpoint)]
@@ -352,13 +358,8 @@ def evaluate(
         if tasks_file is not None:
             cmd += ["--tasks", str(tasks_file)]
         cmd += [x for t in shard for x in ("--task", t)]
-        log = (out / f"shard-{k}.log").open("w", encoding="utf-8")
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log, cmd))
-    for proc, log, cmd in procs:
-        rc = proc.wait()
-        log.close()
-        if rc != 0:
-            raise RuntimeError(f"evaluation failed (exit {rc}): {' '.join(cmd)}; see {log.name}")
+        cmds.append((k, cmd))
+    run_workers(out, cmds, "evaluation", single_thread=workers > 1)
     records = []
     for k in range(workers):
         path = out / f"shard-{k}" / "trajectories.jsonl"
@@ -370,7 +371,7 @@ def evaluate(
         "seconds": round(time.perf_counter() - started, 1),
         "checkpoint": str(checkpoint),
         "results": str(out),
-        "command": "tau-env " + " ".join(procs[0][2][3:]),
+        "command": "tau-env " + " ".join(cmds[0][1][3:]),
     }
 
 
@@ -635,11 +636,8 @@ def dagger_data(
     folder.mkdir(parents=True, exist_ok=True)
     mix = folder / "sft_mix.jsonl"
     workers = max(1, min(args.workers, len(tasks)))
-    env = dict(os.environ)
-    if workers > 1:
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     started = time.perf_counter()
-    procs = []
+    cmds = []
     for k in range(workers):
         shard_out = folder / f"shard-{k}"
         if (shard_out / "summary.json").is_file():
@@ -649,13 +647,8 @@ def dagger_data(
         cmd += ["--p-learner", f"{args.dagger_p:g}", "--temperature", f"{args.eval_temperature:g}"]
         cmd += ["--max-tokens", str(args.max_new_tokens), "--max-steps", "40", "--retrieval", args.retrieval]
         cmd += [x for t in tasks[k::workers] for x in ("--task", t)]
-        log = (folder / f"shard-{k}.log").open("w", encoding="utf-8")
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log, cmd))
-    for proc, log, cmd in procs:
-        rc = proc.wait()
-        log.close()
-        if rc != 0:
-            raise RuntimeError(f"DAgger collection failed (exit {rc}): {' '.join(cmd)}; see {log.name}")
+        cmds.append((k, cmd))
+    run_workers(folder, cmds, "DAgger collection", single_thread=workers > 1)
     summaries = [json.loads((folder / f"shard-{k}" / "summary.json").read_text()) for k in range(workers)]
     labelled = [
         line

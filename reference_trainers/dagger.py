@@ -46,7 +46,10 @@ from tau_env.policy import Observation
 from tau_env.tasks import Task
 
 
-def _calls(message: dict[str, Any]) -> list[tuple[Any, Any]]:
+def call_signatures(message: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """The tool calls of an assistant message as ``(name, parsed arguments)``, in order; arguments
+    that are not JSON stay the text they were.
+    """
     out = []
     for c in message.get("tool_calls") or []:
         fn = (c.get("function") or {}) if isinstance(c, dict) else {}
@@ -63,7 +66,7 @@ def same_turn(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two agent turns do the same: the same tool calls (names and parsed arguments, in
     order; call ids aside), or, with no calls, the same text up to surrounding whitespace.
     """
-    ca, cb = _calls(a), _calls(b)
+    ca, cb = call_signatures(a), call_signatures(b)
     if ca or cb:
         return ca == cb
     return (a.get("content") or "").strip() == (b.get("content") or "").strip()
@@ -146,7 +149,7 @@ class DaggerAgent:
         done = getattr(self.teacher, "_done_early", None)
         if not isinstance(actions, list) or not isinstance(done, set):
             return
-        for k, (name, args) in enumerate(_calls(turn)):
+        for k, (name, args) in enumerate(call_signatures(turn)):
             at = pos + 1 + k
             result = messages[at] if at < len(messages) else None
             if not result or result.get("role") != "tool" or result.get("name") != name:
