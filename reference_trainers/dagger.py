@@ -145,22 +145,13 @@ class DaggerAgent:
             return
         pos, turn = self._learner_turn
         self._learner_turn = None
-        actions = getattr(self.teacher, "_actions", None)
-        done = getattr(self.teacher, "_done_early", None)
-        if not isinstance(actions, list) or not isinstance(done, set):
-            return
         for k, (name, args) in enumerate(call_signatures(turn)):
             at = pos + 1 + k
             result = messages[at] if at < len(messages) else None
             if not result or result.get("role") != "tool" or result.get("name") != name:
                 continue
-            if str(result.get("content") or "").startswith("Error:"):
-                continue
-            for i in range(self.teacher._i, len(actions)):
-                a = actions[i]
-                if i not in done and a.requestor == "agent" and a.name == name and a.arguments == args:
-                    done.add(i)
-                    break
+            if not str(result.get("content") or "").startswith("Error:"):
+                self.teacher.performed(name, args)
 
     async def aact(self, obs: Observation) -> dict[str, Any]:
         log = self._log

@@ -39,6 +39,17 @@ class OracleAgent(Policy):
         self._n = 0
         self._done_early: set[int] = set()  # indices of actions already performed out of order
 
+    def performed(self, name: Any, arguments: Any) -> bool:
+        """Count the first remaining agent reference action that is this call (the same name and
+        arguments) as done by someone else, so it is not played again; whether there was one.
+        """
+        for i in range(self._i, len(self._actions)):
+            a = self._actions[i]
+            if i not in self._done_early and a.requestor == "agent" and a.name == name and a.arguments == arguments:
+                self._done_early.add(i)
+                return True
+        return False
+
     def __call__(self, obs: Observation) -> Message:
         self._n += 1
         while self._i < len(self._actions):

@@ -404,3 +404,17 @@ def test_readme_policy_example_is_a_policy(domain):
     with TauEnv(domain) as env:
         r = tau_env.run_episode(env, parrot, ScriptedUser(), "nothing")
     assert r.termination_reason is TerminationReason.USER_STOP and parrot.n >= 1
+
+
+def test_an_action_performed_by_someone_else_is_not_played_again_by_the_oracle():
+    env = tau_env.make("harbor-bank-v0")
+    env.reset(seed=0, options={"task_id": "travel_notice_simple"})
+    agent = tau_env.OracleAgent()
+    agent.reset(env.task)
+    first, second = env.task.actions[0], env.task.actions[1]
+    assert not agent.performed(second.name, {**second.arguments, "extra": 1})  # other arguments: not it
+    assert not agent.performed("no_such_tool", second.arguments)
+    assert agent.performed(second.name, dict(second.arguments))
+    assert not agent.performed(second.name, second.arguments)  # once only
+    played = [agent({"messages": []})["tool_calls"][0]["function"]["name"] for _ in range(2)]
+    assert played == [first.name, env.task.actions[2].name]  # the second one is skipped
