@@ -183,15 +183,43 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return path if (path / INFO_FILE).is_file() else None
 
 
+def find_checkpoint(path: str | Path) -> Path | None:
+    """``path`` itself when it is a checkpoint folder; for a run folder, the checkpoint ``RUN/latest``
+    names, or (a run whose marker is gone) its newest complete ``checkpoints/step-*``; else None.
+    """
+    path = Path(path)
+    if (path / INFO_FILE).is_file():
+        return path
+    found = latest_checkpoint(path)
+    if found is None and (path / "checkpoints").is_dir():
+        complete = sorted(c for c in (path / "checkpoints").glob("step-*") if (c / INFO_FILE).is_file())
+        found = complete[-1] if complete else None
+    return found
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """:func:`find_checkpoint`, or a :class:`~tau_env.error.ResultsFolderError` saying what ``path`` is."""
+    found = find_checkpoint(path)
+    if found is not None:
+        return found
+    if not Path(path).is_dir():
+        raise ResultsFolderError(f"{path} is no folder; pass a trainer run (RUN) or one of its RUN/checkpoints/step-N.")
+    raise ResultsFolderError(
+        f"{path} is not a tau_env trainer checkpoint (no {INFO_FILE}) nor a trainer run (no complete checkpoint "
+        "under checkpoints/); pass a trainer run (RUN) or one of its RUN/checkpoints/step-N."
+    )
+
+
 def load_checkpoint(path: str | Path, *, for_training: bool = False) -> Checkpoint:
     """Load a checkpoint folder.
 
     Args:
-        path: The folder (``RUN/checkpoints/step-NNNNNN``).
+        path: The folder (``RUN/checkpoints/step-NNNNNN``), or a run folder (``RUN``): its latest
+            complete checkpoint (:func:`resolve_checkpoint`).
         for_training: Re-attach the run's LoRA layers with their factors (the base weights less the
             merged delta) and load the resume state; False: the merged model for inference.
     """
-    path = Path(path)
+    path = resolve_checkpoint(path)
     info = read_info(path)
     model, tokenizer = load_model(path)
     state: dict[str, Any] = {}

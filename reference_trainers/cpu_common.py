@@ -46,6 +46,14 @@ def load_model(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise InvalidOptionError(f"{path} is not a model folder (no config.json); pass a Hugging Face model folder.")
+    try:  # another tool's config.json (a tau-env eval results folder has one) is not a model's
+        model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        model_type = None
+    if not model_type:
+        raise InvalidOptionError(
+            f"{path} is not a model folder (its config.json names no model_type); pass a Hugging Face model folder."
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=getattr(torch, dtype))
     return model, tokenizer

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from tau_env.reference_trainers.checkpoint import (
-    INFO_FILE,
+    find_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     restore_rng,
@@ -319,8 +319,9 @@ def train(cfg: GRPOConfig) -> Path:
         if not cfg.model:
             raise InvalidOptionError("GRPO needs --model: a Hugging Face model folder or a trainer checkpoint.")
         start = 0
-        if (Path(cfg.model) / INFO_FILE).is_file():  # a checkpoint: its family and template
-            base = load_checkpoint(cfg.model)
+        found = find_checkpoint(cfg.model)
+        if found is not None:  # a checkpoint (or a run: its latest): its family and template
+            base = load_checkpoint(found)
             model, tokenizer = base.model, base.tokenizer
             family, template = cfg.family or base.info["family"], base.chat_template
         else:

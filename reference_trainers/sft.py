@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tau_env.reference_trainers.checkpoint import latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
+from tau_env.reference_trainers.checkpoint import (
+    find_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from tau_env.reference_trainers.cpu_common import (
     LORA_TARGETS,
     MetricsLog,
@@ -166,9 +172,15 @@ def train(cfg: SFTConfig) -> Path:
     else:
         if not cfg.model:
             raise InvalidOptionError("SFT needs --model: a Hugging Face model folder or a trainer checkpoint.")
-        model, tokenizer = load_model(cfg.model)
-        family = cfg.family or tokenizer_family(tokenizer)
-        template = chat_template_for(tokenizer, family)
+        found = find_checkpoint(cfg.model)
+        if found is not None:  # a checkpoint (or a run: its latest) goes on with its family and template
+            base = load_checkpoint(found)
+            model, tokenizer = base.model, base.tokenizer
+            family, template = cfg.family or base.info["family"], base.chat_template
+        else:
+            model, tokenizer = load_model(cfg.model)
+            family = cfg.family or tokenizer_family(tokenizer)
+            template = chat_template_for(tokenizer, family)
         if cfg.lora_rank > 0:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
         start, ckpt = 0, None

@@ -237,8 +237,9 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
     """
     if args.agent_model:
         raise InvalidOptionError("--agent-checkpoint and --agent-model both name the agent; give one.")
-    from tau_env.reference_trainers.checkpoint import checkpoint_policy  # the 'train' extra, only for this flag
+    from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint  # the 'train' extra
 
+    args.agent_checkpoint = resolve_checkpoint(args.agent_checkpoint)  # a run folder: its latest checkpoint
     policy, info = checkpoint_policy(
         args.agent_checkpoint, temperature=args.agent_temperature, max_new_tokens=args.max_tokens
     )
@@ -431,7 +432,8 @@ def build_parser(synth: bool = False, serve: bool = False) -> argparse.ArgumentP
     s.add_argument(
         "--agent-checkpoint",
         type=_path,
-        help="a checkpoint of tau_env's reference trainers (RUN/checkpoints/step-N) played in process, with the "
+        help="a checkpoint of tau_env's reference trainers (RUN/checkpoints/step-N, or a run folder RUN: its latest "
+        "checkpoint) played in process, with the "
         "chat template and, unless flags say otherwise, the domain, retrieval and step budget it was trained with",
     )
     s.add_argument("--user", choices=USERS, default="scripted", help="built-in user policy (default: scripted)")

@@ -19,7 +19,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tau_env.reference_trainers import grpo, sft  # noqa: E402
-from tau_env.reference_trainers.checkpoint import INFO_FILE, latest_checkpoint, load_checkpoint, read_info  # noqa: E402
+from tau_env.reference_trainers.checkpoint import (  # noqa: E402
+    INFO_FILE,
+    find_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    read_info,
+    resolve_checkpoint,
+)
 from tau_env.reference_trainers.cpu_common import (  # noqa: E402
     LoRALinear,
     add_lora,
@@ -528,6 +535,62 @@ def test_eval_refuses_a_folder_that_is_no_checkpoint(tmp_path, capsys):
 
     assert main(["eval", "--agent-checkpoint", str(tmp_path), "--out", str(tmp_path / "o")]) != 0
     assert "checkpoint" in capsys.readouterr().err
+
+
+def _fake_checkpoint(run: Path, step: int) -> Path:
+    folder = run / "checkpoints" / f"step-{step:06d}"
+    folder.mkdir(parents=True)
+    (folder / INFO_FILE).write_text(json.dumps({"step": step}))
+    return folder
+
+
+def test_a_run_folder_resolves_to_its_latest_complete_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    first, second = _fake_checkpoint(run, 1), _fake_checkpoint(run, 2)
+    (run / "checkpoints" / ".tmp-step-000003").mkdir()  # a save killed half-way is never picked
+    (run / "checkpoints" / "step-000004").mkdir()  # nor a folder without its record
+    assert resolve_checkpoint(first) == first  # a checkpoint is itself
+    assert resolve_checkpoint(run) == second  # no marker: the newest complete one
+    (run / "latest").write_text(first.name + "\n")
+    assert resolve_checkpoint(run) == first  # the marker wins: it names what the trainer finished last
+    (run / "latest").write_text("step-000004\n")  # a marker naming an incomplete folder: the newest complete one
+    assert resolve_checkpoint(run) == second
+    assert find_checkpoint(tmp_path) is None and find_checkpoint(tmp_path / "missing") is None
+    for bad, said in ((tmp_path, "nor a trainer run"), (tmp_path / "missing", "is no folder")):
+        with pytest.raises(ResultsFolderError, match=said):
+            resolve_checkpoint(bad)
+
+
+def test_eval_and_the_trainers_take_a_run_folder_for_its_latest_checkpoint(tiny_dir, sft_file, tmp_path):
+    from tau_env.cli import main
+
+    def train(out: Path, model: Path, steps: int) -> Path:
+        return sft.train(
+            sft.SFTConfig(
+                model=str(model), data=[str(sft_file)], out=str(out), steps=steps, batch_size=1, micro_batch=1,
+                lora_rank=4, retrieval="none", max_new_tokens=4, progress=False,
+            )
+        )  # fmt: skip
+
+    run = tmp_path / "sft"
+    last = train(run, tiny_dir, 2)
+    assert last.name == "step-000002"
+    outs = {}
+    for name, where in (("run", run), ("step", last)):
+        outs[name] = tmp_path / f"eval-{name}"
+        argv = ["eval", "--agent-checkpoint", str(where), "--task", "found_card_unlock", "--max-steps", "3"]
+        assert main([*argv, "--quiet", "--out", str(outs[name])]) == 0
+    configs = [json.loads((outs[n] / "config.json").read_text())["agent_checkpoint"] for n in ("run", "step")]
+    assert configs[0] == configs[1] and configs[0]["path"] == str(last) and configs[0]["step"] == 2
+    trajectories = [(outs[n] / "trajectories.jsonl").read_text() for n in ("run", "step")]
+    events = [[json.loads(x)["events"] for x in t.splitlines()] for t in trajectories]
+    assert events[0] == events[1]  # the same model and seed: the same episode
+    # SFT and GRPO go on from a run folder with its latest checkpoint's weights and template
+    a = load_checkpoint(train(tmp_path / "from-run", run, 1)).model.state_dict()
+    b = load_checkpoint(train(tmp_path / "from-step", last, 1)).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(InvalidOptionError, match="not a model folder"):
+        train(tmp_path / "from-nothing", tmp_path / "eval-run", 1)
 
 
 def test_svg_plot_draws_each_metric(tmp_path):
