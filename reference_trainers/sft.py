@@ -13,7 +13,7 @@ full fine-tuning), the shared system prompt and tool schemas run once per micro-
 Checkpoints (``OUT/checkpoints/step-N``, plain Hugging Face folders) resume with the same command
 (one that trains otherwise, on other data included, is refused: :data:`RESUME_FREE` lists what may change);
 ``OUT/metrics.jsonl`` and ``OUT/metrics.svg`` record the run. Evaluate a checkpoint with
-``tau-env eval --agent-checkpoint OUT/checkpoints/step-N``.
+``tau-env eval --agent-checkpoint OUT/checkpoints/step-N`` (or ``OUT``: its latest checkpoint).
 """
 
 from __future__ import annotations
