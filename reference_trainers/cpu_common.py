@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 from tau_env.reference_trainers.chat_templates import TEMPLATES
-from tau_env.reference_trainers.rollout import TrajectoryBuilder
+from tau_env.reference_trainers.rollout import FAMILIES, TrajectoryBuilder
 from torch import Tensor, nn
 
 from tau_env.error import InvalidOptionError, ResultsFolderError
@@ -253,14 +253,48 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             raise ResultsFolderError(
                 f"No SFT data at {p}: pass a `tau-env export-sft --jsonl` file or a synthesis run."
             )
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ResultsFolderError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); pass SFT JSONL.") from None
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            ex = json.loads(line)
-            if not isinstance(ex, dict) or not isinstance(ex.get("messages"), list) or "train" not in ex:
-                raise ResultsFolderError(f"{p}:{n} is not an SFT example (expected messages, tools and train).")
+            try:
+                ex = json.loads(line)
+            except ValueError as e:
+                raise ResultsFolderError(f"{p}:{n} is not JSON ({e}); each line is one SFT example.") from None
+            problem = sft_example_problem(ex)
+            if problem:
+                raise ResultsFolderError(
+                    f"{p}:{n} is not an SFT example ({problem}; expected messages, tools and train)."
+                )
             out.append(ex)
     return out
+
+
+def sft_example_problem(ex: Any) -> str:
+    """What makes ``ex`` no SFT example of ``tau-env export-sft`` (``""``: nothing): ``messages``, a list
+    of chat messages (objects with a string ``role``); ``train``, one flag per message; ``tools``, a
+    list of tool schemas when present.
+    """
+    if not isinstance(ex, dict):
+        return f"a JSON {type(ex).__name__}, not an object"
+    messages, train = ex.get("messages"), ex.get("train")
+    if not isinstance(messages, list) or not messages:
+        return "no list of messages"
+    bad = next(
+        (i for i, m in enumerate(messages) if not isinstance(m, dict) or not isinstance(m.get("role"), str)), None
+    )
+    if bad is not None:
+        return f"message {bad} is no object with a string role"
+    if not isinstance(train, list) or len(train) != len(messages):
+        return f"train is not a list of {len(messages)} flags, one per message"
+    if not all(isinstance(t, (bool, int)) for t in train):
+        return "train holds something other than true/false flags"
+    if "tools" in ex and not (isinstance(ex["tools"], list) and all(isinstance(t, dict) for t in ex["tools"])):
+        return "tools is not a list of tool schemas"
+    return ""
 
 
 @dataclass
@@ -595,6 +629,40 @@ def opt(default: Any, help: str) -> Any:  # noqa: A002 (the argparse word)
     return field(default=default, metadata={"help": help})
 
 
+def check_number(
+    cfg: Any,
+    name: str,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    above: bool = False,
+    below: bool = False,
+    integer: bool = False,
+) -> None:
+    """Raise :class:`~tau_env.error.InvalidOptionError` unless ``cfg.<name>`` is a finite number (an int
+    with ``integer``) at least ``lo`` (more than it with ``above``) and at most ``hi`` (less with ``below``).
+    The message names the command-line flag.
+    """
+    value = getattr(cfg, name)
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (lo is None or (value > lo if above else value >= lo))
+    ok = ok and (hi is None or (value < hi if below else value <= hi))
+    if not ok:
+        parts = [f"{'more than' if above else 'at least'} {lo:g}"] if lo is not None else []
+        parts += [f"{'less than' if below else 'at most'} {hi:g}"] if hi is not None else []
+        what = "an integer" if integer else "a number"
+        raise InvalidOptionError(
+            f"--{name.replace('_', '-')} must be {what}{' ' + ' and '.join(parts) if parts else ''}, not {value!r}"
+        )
+
+
+def check_family(family: str) -> None:
+    """``--family``: empty (from the tokenizer) or one of the rollout's tool templates."""
+    if family not in ("", *FAMILIES):
+        raise InvalidOptionError(f"--family must be one of {', '.join(FAMILIES)} (or empty), not {family!r}")
+
+
 def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: str | None = None) -> Any:
     """``cls`` (a dataclass config) from command-line flags: one ``--field-name`` per field."""
     import argparse
@@ -616,7 +684,26 @@ def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: s
         else:
             base = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
             p.add_argument(flag, type=base[0], default=default, help=help_text)
-    return cls(**vars(p.parse_args(argv)))
+    try:
+        return cls(**vars(p.parse_args(argv)))
+    except InvalidOptionError as e:  # a value out of its range: argparse's usage line and exit status 2
+        p.error(str(e))
+
+
+def run_main(prog: str, fn: Any) -> int:
+    """A trainer's command line: ``fn()``'s exit status, or for an error of tau_env's (bad data, a
+    folder that is no checkpoint, a run that may not resume) one ``PROG: error: ...`` line on stderr
+    and exit status 2, not a traceback.
+    """
+    import sys
+
+    from tau_env.error import Error
+
+    try:
+        return int(fn())
+    except Error as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
 
 
 def build_tiny_model(path: str | Path, corpus: Sequence[str], *, vocab_size: int = 2000, seed: int = 0) -> Path:

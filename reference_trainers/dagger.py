@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import copy
 import json
+import math
 import random
 import sys
 from dataclasses import dataclass, field
@@ -334,6 +335,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--p-learner must be in [0, 1], not {args.p_learner}")
     if args.trials < 1:
         p.error(f"--trials must be at least 1, not {args.trials}")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        p.error(f"--temperature must be a number at least 0, not {args.temperature}")
+    for flag, value in (("--max-steps", args.max_steps), ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be at least 1, not {value}")
+    from tau_env.reference_trainers.cpu_common import run_main
+
+    return run_main(p.prog, lambda: _collect_and_print(args))
+
+
+def _collect_and_print(args: argparse.Namespace) -> int:
     summary = collect(
         args.checkpoint,
         args.out,

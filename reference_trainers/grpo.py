@@ -51,6 +51,8 @@ from tau_env.reference_trainers.cpu_common import (
     MetricsLog,
     add_lora,
     chat_template_for,
+    check_family,
+    check_number,
     check_resume,
     config_dict,
     content_digest,
@@ -60,6 +62,7 @@ from tau_env.reference_trainers.cpu_common import (
     parse_config,
     prefix_shared_logits,
     progress_bar,
+    run_main,
     save_peft_adapter,
     set_threads,
     split_point,
@@ -121,6 +124,23 @@ class GRPOConfig:
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
     progress: bool = opt(True, "show a progress bar")
+
+    def __post_init__(self) -> None:
+        for name in ("lora_rank", "lora_layers", "save_every", "threads"):
+            check_number(self, name, 0, integer=True)
+        for name in ("max_steps", "steps", "tasks_per_step", "max_new_tokens", "max_context", "micro_batch"):
+            check_number(self, name, 1, integer=True)
+        check_number(self, "concurrency", 1, integer=True)
+        check_number(self, "group_size", 2, integer=True)  # leave-one-out needs another rollout of the task
+        check_number(self, "seed", integer=True)
+        check_number(self, "temperature", 0)
+        check_number(self, "lr", 0, above=True)
+        check_number(self, "lora_alpha", 0, above=True)
+        check_number(self, "grad_clip", 0)
+        check_number(self, "clip_eps", 0, 1, above=True, below=True)
+        check_number(self, "is_cap", 0, above=True)
+        check_number(self, "mask_delta", 0)
+        check_family(self.family)
 
 
 def make_kwargs(cfg: GRPOConfig) -> dict[str, Any]:
@@ -466,10 +486,14 @@ def train(cfg: GRPOConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = parse_config(GRPOConfig, argv, __doc__.split("\n\n")[0], prog="python -m tau_env.reference_trainers.grpo")
-    path = train(cfg)
-    log.info("checkpoint: %s", path)
-    return 0
+    prog = "python -m tau_env.reference_trainers.grpo"
+    cfg = parse_config(GRPOConfig, argv, __doc__.split("\n\n")[0], prog=prog)
+
+    def run() -> int:
+        log.info("checkpoint: %s", train(cfg))
+        return 0
+
+    return run_main(prog, run)
 
 
 if __name__ == "__main__":

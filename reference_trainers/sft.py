@@ -40,6 +40,8 @@ from tau_env.reference_trainers.cpu_common import (
     Sample,
     add_lora,
     chat_template_for,
+    check_family,
+    check_number,
     check_resume,
     compact_targets,
     config_dict,
@@ -52,6 +54,7 @@ from tau_env.reference_trainers.cpu_common import (
     prefix_shared_logits,
     progress_bar,
     read_sft_jsonl,
+    run_main,
     set_threads,
     split_point,
     svg_plot,
@@ -98,6 +101,19 @@ class SFTConfig:
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
     progress: bool = opt(True, "show a progress bar")
+
+    def __post_init__(self) -> None:
+        check_number(self, "epochs", 0, above=True)
+        for name in ("steps", "warmup_steps", "turn_prefixes", "lora_rank", "lora_layers", "save_every", "threads"):
+            check_number(self, name, 0, integer=True)
+        for name in ("batch_size", "micro_batch", "max_len", "max_new_tokens"):
+            check_number(self, name, 1, integer=True)
+        check_number(self, "seed", integer=True)
+        check_number(self, "lr", 0, above=True)
+        check_number(self, "lora_alpha", 0, above=True)
+        check_number(self, "weight_decay", 0)
+        check_number(self, "grad_clip", 0)
+        check_family(self.family)
 
 
 #: Settings a resumed run may change: where, how fast (micro-batches, the prefix's gradient) and how long it
@@ -163,6 +179,9 @@ def train(cfg: SFTConfig) -> Path:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     out = Path(cfg.out)
+    if not cfg.data:
+        raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
+    examples = read_sft_jsonl(cfg.data)  # bad data is named before a model is loaded
     resume_from = latest_checkpoint(out) if cfg.resume else None
     if resume_from is not None:
         ckpt = load_checkpoint(resume_from, for_training=True)
@@ -184,9 +203,6 @@ def train(cfg: SFTConfig) -> Path:
         if cfg.lora_rank > 0:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
         start, ckpt = 0, None
-    if not cfg.data:
-        raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
-    examples = read_sft_jsonl(cfg.data)
     config = {**config_dict(cfg), "data_digest": content_digest(examples)}
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
@@ -295,10 +311,14 @@ def train(cfg: SFTConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = parse_config(SFTConfig, argv, __doc__.split("\n\n")[0], prog="python -m tau_env.reference_trainers.sft")
-    path = train(cfg)
-    log.info("checkpoint: %s", path)
-    return 0
+    prog = "python -m tau_env.reference_trainers.sft"
+    cfg = parse_config(SFTConfig, argv, __doc__.split("\n\n")[0], prog=prog)
+
+    def run() -> int:
+        log.info("checkpoint: %s", train(cfg))
+        return 0
+
+    return run_main(prog, run)
 
 
 if __name__ == "__main__":

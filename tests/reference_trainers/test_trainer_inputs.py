@@ -1,0 +1,234 @@
+"""What the CPU trainers do with bad input: settings out of range, SFT files that are not SFT data,
+folders that are not models. Each gives one clear error naming the flag, file and line, on the
+command line one ``PROG: error: ...`` line and exit status 2, and nothing is read half-way or written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tau_env.reference_trainers import grpo, sft  # noqa: E402
+from tau_env.reference_trainers.cpu_common import read_sft_jsonl, sft_example_problem  # noqa: E402
+
+import tau_env  # noqa: E402
+from tau_env.error import InvalidOptionError, ResultsFolderError  # noqa: E402
+from tau_env.sft import to_example  # noqa: E402
+
+# (field, a value the trainer takes, values it refuses): the ranges the --help texts promise
+SFT_RANGES = [
+    ("steps", 0, [-1, 1.5]),
+    ("epochs", 0.25, [0, -1.0, math.inf]),
+    ("batch_size", 1, [0, -4]),
+    ("micro_batch", 1, [0]),
+    ("lr", 1e-4, [0.0, -1e-4, math.nan, math.inf]),
+    ("warmup_steps", 0, [-1]),
+    ("weight_decay", 0.0, [-0.1, math.nan]),
+    ("grad_clip", 0.0, [-1.0]),
+    ("max_len", 1, [0]),
+    ("turn_prefixes", 0, [-1]),
+    ("lora_rank", 0, [-1, 2.0]),
+    ("lora_alpha", 0.5, [0.0, -1.0]),
+    ("lora_layers", 0, [-2]),
+    ("max_new_tokens", 1, [0]),
+    ("save_every", 0, [-1]),
+    ("threads", 0, [-1]),
+    ("seed", -7, [0.5]),
+]
+GRPO_RANGES = [
+    ("steps", 1, [0, -1]),
+    ("max_steps", 1, [0]),
+    ("tasks_per_step", 1, [0]),
+    ("group_size", 2, [1, 0]),
+    ("temperature", 0.0, [-0.5, math.nan]),
+    ("max_new_tokens", 1, [0]),
+    ("max_context", 1, [0]),
+    ("lr", 2e-6, [0.0, math.inf]),
+    ("clip_eps", 0.5, [0.0, 1.0, 1.5]),
+    ("is_cap", 0.5, [0.0, -2.0]),
+    ("mask_delta", 0.0, [-0.1, math.nan]),
+    ("micro_batch", 1, [0]),
+    ("concurrency", 1, [0]),
+    ("save_every", 0, [-1]),
+    ("lora_rank", 0, [-1]),
+]
+
+
+@pytest.mark.parametrize(
+    "cls, name, good, bads",
+    [(sft.SFTConfig, *r) for r in SFT_RANGES] + [(grpo.GRPOConfig, *r) for r in GRPO_RANGES],
+)
+def test_each_setting_takes_its_range_and_refuses_the_rest_by_its_flag(cls, name, good, bads):
+    assert getattr(cls(**{name: good}), name) == good
+    flag = "--" + name.replace("_", "-")
+    for bad in bads:
+        with pytest.raises(InvalidOptionError, match=f"^{flag} must be"):
+            cls(**{name: bad})
+
+
+NUMERIC = {
+    cls: [f.name for f in fields(cls) if f.type in ("int", "float", int, float)]
+    for cls in (sft.SFTConfig, grpo.GRPOConfig)
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cls=st.sampled_from([sft.SFTConfig, grpo.GRPOConfig]),
+    data=st.data(),
+    value=st.one_of(
+        st.integers(-(10**6), 10**6),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.booleans(),
+        st.text(max_size=3),
+        st.none(),
+    ),
+)
+def test_a_numeric_setting_is_a_finite_number_of_its_kind_or_refused(cls, data, value):
+    name = data.draw(st.sampled_from(NUMERIC[cls]))
+    try:
+        cfg = cls(**{name: value})
+    except InvalidOptionError as e:
+        assert str(e).startswith("--" + name.replace("_", "-") + " must be")
+        return
+    got = getattr(cfg, name)
+    assert not isinstance(got, bool) and isinstance(got, (int, float)) and math.isfinite(got)
+    if dict((f.name, f.type) for f in fields(cls))[name] in ("int", int):
+        assert isinstance(got, int)
+
+
+def test_the_family_is_one_the_rollout_knows():
+    assert sft.SFTConfig(family="qwen").family == "qwen" and grpo.GRPOConfig(family="").family == ""
+    for cls in (sft.SFTConfig, grpo.GRPOConfig):
+        with pytest.raises(InvalidOptionError, match="--family must be one of"):
+            cls(family="llama")
+
+
+# ------------------------------------------------------------------------------------ SFT files
+
+
+@pytest.fixture(scope="module")
+def example() -> dict:
+    run = tau_env.evaluate(
+        "harbor-bank-v0", tau_env.OracleAgent, tau_env.ScriptedUser, task_ids=["found_card_unlock"], retrieval="none"
+    )
+    ex = to_example(run.results[0].to_dict())
+    assert sft_example_problem(ex) == ""
+    return ex
+
+
+JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    key=st.sampled_from(["messages", "train", "tools", None]),
+    value=JSON,
+    at=st.integers(0, 2),
+    raw=st.one_of(st.none(), st.sampled_from(["{", "not json", "[1, 2", '{"messages": }', "\x00"])),
+)
+def test_a_bad_line_is_named_by_file_and_line_and_good_lines_read_as_written(
+    tmp_path_factory, example, data, key, value, at, raw
+):
+    bad = dict(example)
+    if key is None:
+        bad = value
+    elif key == "messages" and isinstance(value, list) and example["messages"]:
+        bad["messages"] = [value[0] if value else 3, *example["messages"][1:]]  # one message broken
+    else:
+        bad[key] = value
+    lines = [json.dumps(example)] * 3
+    lines[at] = raw if raw is not None else json.dumps(bad)
+    path = tmp_path_factory.mktemp("sft") / "data.jsonl"
+    text = "\n".join(lines) + "\n"
+    path.write_text(text, encoding="utf-8")
+    try:
+        got = read_sft_jsonl([path])
+    except ResultsFolderError as e:
+        assert f"{path}:{at + 1} " in str(e)
+        assert path.read_text(encoding="utf-8") == text  # the file is untouched
+        return
+    # taken: then the line is a well-formed example, and every line reads back as it was written
+    assert raw is None and sft_example_problem(bad) == ""
+    assert got == [json.loads(x) for x in lines]
+
+
+def test_a_file_that_is_no_utf8_text_is_refused_by_name(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(b'{"messages": "\xff"}\n')
+    with pytest.raises(ResultsFolderError, match="not UTF-8"):
+        read_sft_jsonl([path])
+
+
+# --------------------------------------------------------------------------------- command lines
+
+
+def _no_traceback(err: str, prog: str) -> None:
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"{prog}: error: ")
+
+
+@pytest.mark.parametrize("trainer", [sft, grpo])
+def test_a_flag_out_of_range_is_a_usage_error(trainer, capsys):
+    with pytest.raises(SystemExit) as e:
+        trainer.main(["--model", "m", "--lr", "nan"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--lr must be a number more than 0, not nan" in err and "Traceback" not in err
+
+
+def test_a_folder_that_is_no_model_gives_one_error_line(tmp_path, capsys, example):
+    prog = "python -m tau_env.reference_trainers.sft"
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(example) + "\n", encoding="utf-8")
+    not_a_model = tmp_path / "results"
+    not_a_model.mkdir()
+    (not_a_model / "config.json").write_text('{"agent": "oracle"}')  # what a tau-env eval folder holds
+    cases = [
+        (["--model", str(not_a_model), "--data", str(data)], "names no model_type"),
+        (["--model", str(tmp_path / "none"), "--data", str(data)], "not a model folder"),
+    ]
+    for argv, said in cases:
+        out = tmp_path / f"out{len(said)}"
+        assert sft.main([*argv, "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        _no_traceback(err, prog)
+        assert said in err
+        assert not (out / "checkpoints").exists()
+
+
+def test_bad_data_is_named_before_training_starts(tmp_path, capsys, example):
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", [json.dumps(example)] * 3)
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(example) + "\nnot json\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert sft.main(["--model", str(model), "--data", str(data), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    _no_traceback(err, "python -m tau_env.reference_trainers.sft")
+    assert f"{data}:2 is not JSON" in err
+    assert not (out / "checkpoints").exists() and not (out / "latest").exists()
+
+
+def test_dagger_refuses_a_folder_that_is_no_checkpoint_in_one_line(tmp_path, capsys):
+    from tau_env.reference_trainers import dagger
+
+    assert dagger.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "nor a trainer run" in err
+    with pytest.raises(SystemExit) as e:
+        dagger.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "o"), "--temperature", "-1"])
+    assert e.value.code == 2 and "--temperature must be" in capsys.readouterr().err
