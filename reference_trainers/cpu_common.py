@@ -30,7 +30,7 @@ from tau_env.reference_trainers.rollout import FAMILIES, TrajectoryBuilder
 from torch import Tensor, nn
 
 from tau_env.error import InvalidOptionError, ResultsFolderError
-from tau_env.sft import initial_tools
+from tau_env.sft import initial_tools, sft_example_problem
 
 #: The Linear layers LoRA wraps (Llama/Qwen/SmolLM2 names): attention and MLP projections.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -271,30 +271,6 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 )
             out.append(ex)
     return out
-
-
-def sft_example_problem(ex: Any) -> str:
-    """What makes ``ex`` no SFT example of ``tau-env export-sft`` (``""``: nothing): ``messages``, a list
-    of chat messages (objects with a string ``role``); ``train``, one flag per message; ``tools``, a
-    list of tool schemas when present.
-    """
-    if not isinstance(ex, dict):
-        return f"a JSON {type(ex).__name__}, not an object"
-    messages, train = ex.get("messages"), ex.get("train")
-    if not isinstance(messages, list) or not messages:
-        return "no list of messages"
-    bad = next(
-        (i for i, m in enumerate(messages) if not isinstance(m, dict) or not isinstance(m.get("role"), str)), None
-    )
-    if bad is not None:
-        return f"message {bad} is no object with a string role"
-    if not isinstance(train, list) or len(train) != len(messages):
-        return f"train is not a list of {len(messages)} flags, one per message"
-    if not all(isinstance(t, (bool, int)) for t in train):
-        return "train holds something other than true/false flags"
-    if "tools" in ex and not (isinstance(ex["tools"], list) and all(isinstance(t, dict) for t in ex["tools"])):
-        return "tools is not a list of tool schemas"
-    return ""
 
 
 @dataclass

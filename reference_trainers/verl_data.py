@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.error import InvalidOptionError, TaskFileError
-from tau_env.sft import initial_tools
+from tau_env.sft import initial_tools, sft_example_problem
 
 AGENT_LOOP = "tau_agent"
 
@@ -68,19 +68,23 @@ def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 def sft_row(example: Mapping[str, Any], where: str = "example") -> dict[str, Any]:
     """One SFT parquet row of one export-sft example (``messages``, ``tools``, ``train``)."""
-    messages = example.get("messages")
-    if isinstance(messages, str):
-        messages = json.loads(messages)
-    tools = example.get("tools") or []
-    if isinstance(tools, str):
-        tools = json.loads(tools)
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise InvalidOptionError(f"{where}: expected 'messages', a non-empty list of chat messages.")
-    train = example.get("train")
-    if train is None:  # not an export-sft example: train every assistant message
-        train = [m.get("role") == "assistant" for m in messages]
-    if len(train) != len(messages):
-        raise InvalidOptionError(f"{where}: 'train' has {len(train)} flags for {len(messages)} messages; one each.")
+    if not isinstance(example, Mapping):
+        raise InvalidOptionError(f"{where}: a JSON {type(example).__name__}, not an export-sft example (an object).")
+    decoded: dict[str, Any] = {}
+    for key, default in (("messages", None), ("tools", []), ("train", None)):
+        value = example.get(key, default)
+        if isinstance(value, str):  # a parquet row's JSON-encoded column
+            try:
+                value = json.loads(value)
+            except ValueError as e:
+                raise InvalidOptionError(f"{where}: '{key}' is a string but not JSON ({e}).") from None
+        decoded[key] = [] if key == "tools" and value is None else value
+    messages, tools, train = decoded["messages"], decoded["tools"], decoded["train"]
+    if train is None and isinstance(messages, list):  # not an export-sft example: train every assistant message
+        train = [isinstance(m, dict) and m.get("role") == "assistant" for m in messages]
+    problem = sft_example_problem({"messages": messages, "tools": tools, "train": train})
+    if problem:
+        raise InvalidOptionError(f"{where}: not an export-sft example ({problem}).")
     # the tools of the episode's start, as the agent loop renders them once: not the ones unlocked later
     tools = initial_tools({"messages": messages, "tools": tools})
     return {
@@ -293,6 +297,16 @@ def episode_spec(extra_info: Any) -> EpisodeSpec:
     )
 
 
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise InvalidOptionError(f"{flag} is not JSON ({e}): give an object, e.g. '{{\"max_steps\": 30}}'.") from None
+    if not isinstance(value, dict):
+        raise InvalidOptionError(f"{flag} must be a JSON object of tau_env.make keywords, not {text!r}.")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write SFT or RL parquet for veRL (see the module's docstring)."""
     p = argparse.ArgumentParser(
@@ -313,6 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import sys
 
+    from tau_env.error import Error
+
+    try:
+        return _write(args)
+    except Error as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _write(args: argparse.Namespace) -> int:
+    import sys
+
     if args.kind == "sft":
         n = write_sft_parquet(args.sources, args.out)
     else:
@@ -320,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             args.env_id,
             tasks=args.tasks,
             task_ids=args.task_ids,
-            make_kwargs=json.loads(args.make_kwargs),
+            make_kwargs=_json_object(args.make_kwargs, "--make-kwargs"),
             seed=args.seed,
             user=args.user,
         )

@@ -112,6 +112,30 @@ def to_example(episode: dict[str, Any], greeting_turns: int = 1) -> dict[str, An
     }
 
 
+def sft_example_problem(ex: Any) -> str:
+    """What makes ``ex`` no SFT example of ``tau-env export-sft`` (``""``: nothing): ``messages``, a list
+    of chat messages (objects with a string ``role``); ``train``, one flag per message; ``tools``, a
+    list of tool schemas when present.
+    """
+    if not isinstance(ex, dict):
+        return f"a JSON {type(ex).__name__}, not an object"
+    messages, train = ex.get("messages"), ex.get("train")
+    if not isinstance(messages, list) or not messages:
+        return "no list of messages"
+    bad = next(
+        (i for i, m in enumerate(messages) if not isinstance(m, dict) or not isinstance(m.get("role"), str)), None
+    )
+    if bad is not None:
+        return f"message {bad} is no object with a string role"
+    if not isinstance(train, list) or len(train) != len(messages):
+        return f"train is not a list of {len(messages)} flags, one per message"
+    if not all(isinstance(t, (bool, int)) for t in train):
+        return "train holds something other than true/false flags"
+    if "tools" in ex and not (isinstance(ex["tools"], list) and all(isinstance(t, dict) for t in ex["tools"])):
+        return "tools is not a list of tool schemas"
+    return ""
+
+
 def initial_tools(example: dict[str, Any]) -> list[dict[str, Any]]:
     """The tools the agent had at the episode's start: the example's tools (the episode's last, as
     ``agent_view`` keeps them) less those its messages unlock with ``unlock_tool``.

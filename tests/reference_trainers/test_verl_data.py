@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("verl")
 pytest.importorskip("pyarrow")
@@ -79,10 +81,48 @@ def test_sft_rows_refuse_bad_examples(tmp_path):
         vd.read_sft_jsonl(tmp_path / "none.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "x"}], "train": [true, false]}\n', encoding="utf-8")
-    with pytest.raises(InvalidOptionError, match="one each"):
+    with pytest.raises(InvalidOptionError, match="one per message"):
         vd.read_sft_jsonl(bad)
     row = vd.sft_row({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
     assert row["train"] == [False, True]
+
+
+BAD_VALUES = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=6),
+    st.sampled_from(["[1, 2", "{}", "[]", '[{"role": 3}]', "[true]"]),
+    st.lists(st.one_of(st.integers(), st.booleans(), st.text(max_size=3), st.none()), max_size=4),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.sampled_from(["messages", "tools", "train"]), value=BAD_VALUES)
+def test_an_sft_row_is_built_or_refused_with_where_it_came_from(example, key, value):
+    bad = {**example, key: value}
+    try:
+        row = vd.sft_row(bad, where="data.jsonl:7")
+    except InvalidOptionError as e:
+        assert str(e).startswith("data.jsonl:7: ")
+        return
+    # built: then every column decodes to the list the trainer reads, one train flag per message
+    messages = json.loads(row["messages_json"])
+    assert isinstance(messages, list) and messages and all(isinstance(m.get("role"), str) for m in messages)
+    assert isinstance(json.loads(row["tools_json"]), list) and len(row["train"]) == len(messages)
+
+
+def test_the_command_line_gives_one_error_line_and_exit_2(example, tmp_path, capsys):
+    src = tmp_path / "sft.jsonl"
+    src.write_text(json.dumps(example) + "\n[1, 2]\n", encoding="utf-8")
+    out = tmp_path / "sft.parquet"
+    assert vd.main(["sft", str(src), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{src}:2: " in err and not out.exists()
+    assert vd.main(["rl", ENV_ID, str(tmp_path / "rl.parquet"), "--make-kwargs", "{max_steps: 3}"]) == 2
+    assert "--make-kwargs is not JSON" in capsys.readouterr().err
+    assert vd.main(["rl", ENV_ID, str(tmp_path / "rl.parquet"), "--make-kwargs", "[1]"]) == 2
+    assert "must be a JSON object" in capsys.readouterr().err
+    assert not (tmp_path / "rl.parquet").exists()
 
 
 def test_rl_rows_of_the_env_tasks_round_trip(tmp_path):
