@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tau_env.error import Error, InvalidOptionError
+from tau_env.error import DependencyNotInstalled, Error, InvalidOptionError
 from tau_env.show import escape
 
 AGENTS = ("oracle", "teacher", "noop", "random")
@@ -237,7 +237,13 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
     """
     if args.agent_model:
         raise InvalidOptionError("--agent-checkpoint and --agent-model both name the agent; give one.")
-    from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint  # the 'train' extra
+    try:  # the 'train' extra (torch, transformers), only for this flag
+        from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint
+    except ImportError as e:
+        raise DependencyNotInstalled(
+            f"--agent-checkpoint plays the model in process and needs the 'train' extra ({e.name or e}): "
+            "pip install 'tau-env[train]'."
+        ) from e
 
     args.agent_checkpoint = resolve_checkpoint(args.agent_checkpoint)  # a run folder: its latest checkpoint
     policy, info = checkpoint_policy(

@@ -556,3 +556,14 @@ def test_library_warnings_are_one_escaped_line(tmp_path, capsys, monkeypatch):
     assert main(["list"]) == 0
     err = capsys.readouterr().err
     assert err == "tau-env: warning: careful now \\x1b[2J\n"
+
+
+def test_agent_checkpoint_without_the_train_extra_says_which_extra(monkeypatch, tmp_path, capsys):
+    import sys
+
+    # as on an install without torch: the trainers' checkpoint module cannot be imported
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.delitem(sys.modules, "tau_env.reference_trainers.checkpoint", raising=False)
+    assert main(["eval", "--agent-checkpoint", str(tmp_path), "--task", "found_card_unlock"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "pip install 'tau-env[train]'" in err
