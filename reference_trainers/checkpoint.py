@@ -232,6 +232,22 @@ def load_checkpoint(path: str | Path, *, for_training: bool = False) -> Checkpoi
     return Checkpoint(path, model, tokenizer, info, state)
 
 
+def starting_model(model: str | Path, family: str = "") -> tuple[Any, Any, str, str]:
+    """A trainer's starting point, ``(model, tokenizer, family, chat template)``: a checkpoint of these
+    trainers (or a run folder: its latest) with the family and template it was trained with, else a
+    Hugging Face model folder with its tokenizer family's template. ``family`` overrides the family.
+    """
+    from tau_env.reference_trainers.cpu_common import chat_template_for, tokenizer_family
+
+    found = find_checkpoint(model)
+    if found is not None:
+        base = load_checkpoint(found)
+        return base.model, base.tokenizer, family or base.info["family"], base.chat_template
+    net, tokenizer = load_model(model)
+    family = family or tokenizer_family(tokenizer)
+    return net, tokenizer, family, chat_template_for(tokenizer, family)
+
+
 def restore_rng(state: dict[str, Any]) -> None:
     """Put back the random state a checkpoint saved."""
     if "torch_rng" in state:

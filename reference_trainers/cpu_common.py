@@ -682,6 +682,22 @@ def run_main(prog: str, fn: Any) -> int:
         return 2
 
 
+def trainer_main(cls: Any, train: Any, argv: Sequence[str] | None, doc: str | None, prog: str) -> int:
+    """A trainer's ``main``: its config (``cls``) from the flags, ``train(cfg)``, the last checkpoint's
+    path logged; errors as :func:`run_main` gives them.
+    """
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cfg = parse_config(cls, argv, (doc or "").split("\n\n")[0], prog=prog)
+
+    def run() -> int:
+        logging.getLogger(train.__module__).info("checkpoint: %s", train(cfg))
+        return 0
+
+    return run_main(prog, run)
+
+
 def build_tiny_model(path: str | Path, corpus: Sequence[str], *, vocab_size: int = 2000, seed: int = 0) -> Path:
     """A tiny random Llama (2 layers, 32 hidden units) with a byte-level BPE trained on ``corpus``, saved at ``path``.
 

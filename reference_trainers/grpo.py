@@ -40,34 +40,30 @@ from typing import Any
 
 import torch
 from tau_env.reference_trainers.checkpoint import (
-    find_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     restore_rng,
     save_checkpoint,
+    starting_model,
 )
 from tau_env.reference_trainers.cpu_common import (
     LORA_TARGETS,
     MetricsLog,
     add_lora,
-    chat_template_for,
     check_family,
     check_number,
     check_resume,
     config_dict,
     content_digest,
-    load_model,
     opt,
     pad_rows,
-    parse_config,
     prefix_shared_logits,
     progress_bar,
-    run_main,
     save_peft_adapter,
     set_threads,
     split_point,
     svg_plot,
-    tokenizer_family,
+    trainer_main,
 )
 from tau_env.reference_trainers.objectives import grpo_loss, token_logprobs
 from tau_env.reference_trainers.rollout import TokenTrajectory
@@ -339,15 +335,7 @@ def train(cfg: GRPOConfig) -> Path:
         if not cfg.model:
             raise InvalidOptionError("GRPO needs --model: a Hugging Face model folder or a trainer checkpoint.")
         start = 0
-        found = find_checkpoint(cfg.model)
-        if found is not None:  # a checkpoint (or a run: its latest): its family and template
-            base = load_checkpoint(found)
-            model, tokenizer = base.model, base.tokenizer
-            family, template = cfg.family or base.info["family"], base.chat_template
-        else:
-            model, tokenizer = load_model(cfg.model)
-            family = cfg.family or tokenizer_family(tokenizer)
-            template = chat_template_for(tokenizer, family)
+        model, tokenizer, family, template = starting_model(cfg.model, cfg.family)
         lora = None
         if cfg.lora_rank > 0:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
@@ -485,15 +473,7 @@ def train(cfg: GRPOConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    prog = "python -m tau_env.reference_trainers.grpo"
-    cfg = parse_config(GRPOConfig, argv, __doc__.split("\n\n")[0], prog=prog)
-
-    def run() -> int:
-        log.info("checkpoint: %s", train(cfg))
-        return 0
-
-    return run_main(prog, run)
+    return trainer_main(GRPOConfig, train, argv, __doc__, "python -m tau_env.reference_trainers.grpo")
 
 
 if __name__ == "__main__":

@@ -28,38 +28,34 @@ from typing import Any
 
 import torch
 from tau_env.reference_trainers.checkpoint import (
-    find_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     restore_rng,
     save_checkpoint,
+    starting_model,
 )
 from tau_env.reference_trainers.cpu_common import (
     LORA_TARGETS,
     MetricsLog,
     Sample,
     add_lora,
-    chat_template_for,
     check_family,
     check_number,
     check_resume,
     compact_targets,
     config_dict,
     content_digest,
-    load_model,
     opt,
-    parse_config,
     predicting_positions,
     prefix_cache,
     prefix_shared_logits,
     progress_bar,
     read_sft_jsonl,
-    run_main,
     set_threads,
     split_point,
     svg_plot,
     tokenize_sft_example,
-    tokenizer_family,
+    trainer_main,
     turn_prefixes,
 )
 from tau_env.reference_trainers.objectives import sft_loss
@@ -191,15 +187,7 @@ def train(cfg: SFTConfig) -> Path:
     else:
         if not cfg.model:
             raise InvalidOptionError("SFT needs --model: a Hugging Face model folder or a trainer checkpoint.")
-        found = find_checkpoint(cfg.model)
-        if found is not None:  # a checkpoint (or a run: its latest) goes on with its family and template
-            base = load_checkpoint(found)
-            model, tokenizer = base.model, base.tokenizer
-            family, template = cfg.family or base.info["family"], base.chat_template
-        else:
-            model, tokenizer = load_model(cfg.model)
-            family = cfg.family or tokenizer_family(tokenizer)
-            template = chat_template_for(tokenizer, family)
+        model, tokenizer, family, template = starting_model(cfg.model, cfg.family)
         if cfg.lora_rank > 0:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
         start, ckpt = 0, None
@@ -310,15 +298,7 @@ def train(cfg: SFTConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    prog = "python -m tau_env.reference_trainers.sft"
-    cfg = parse_config(SFTConfig, argv, __doc__.split("\n\n")[0], prog=prog)
-
-    def run() -> int:
-        log.info("checkpoint: %s", train(cfg))
-        return 0
-
-    return run_main(prog, run)
+    return trainer_main(SFTConfig, train, argv, __doc__, "python -m tau_env.reference_trainers.sft")
 
 
 if __name__ == "__main__":
