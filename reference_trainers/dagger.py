@@ -1,6 +1,6 @@
 r"""On-policy teacher labels (DAgger): SFT examples in the states a trained checkpoint reaches itself.
 
-    python -m tau_env.reference_trainers.dagger --checkpoint RUN/checkpoints/step-N --tasks tasks.jsonl \\
+    python -m tau_env.reference_trainers.dagger --checkpoint RUN --tasks tasks.jsonl \\
         --out runs/dagger [--task ID ...] [--p-learner 0.5]
 
 SFT on teacher episodes trains every agent turn in the teacher's own conversation; sampled, a
@@ -249,7 +249,9 @@ def collect(
     ``OUT/examples.jsonl`` (episodes in ``OUT/episodes``). Returns the counts, also written to
     ``OUT/summary.json``. A folder that holds a summary is read back, not played again.
     """
-    from tau_env.reference_trainers.checkpoint import checkpoint_policy
+    from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint
+
+    checkpoint = resolve_checkpoint(checkpoint)  # a run folder: its latest checkpoint, recorded as such
 
     from tau_env import ScriptedUser
     from tau_env.harness import aevaluate
@@ -316,7 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tau_env.reference_trainers.dagger", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("--checkpoint", type=Path, required=True, help="a trainer's checkpoint folder")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="a trainer's checkpoint folder, or its run folder (the latest checkpoint)",
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for examples.jsonl, summary.json and the episodes")
     p.add_argument("--env", default="harbor-bank-v0")
     p.add_argument("--tasks", type=Path, default=None, help="a task file (a synthesis run's tasks.jsonl)")

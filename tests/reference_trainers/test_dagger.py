@@ -311,8 +311,11 @@ def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
     model = build_tiny_model(tmp_path / "tiny", corpus)
     ckpt = base_checkpoint(model, tmp_path / "base", retrieval="grep", max_new_tokens=6)
     out = tmp_path / "dagger"
-    argv = ["--checkpoint", str(ckpt), "--out", str(out), "--task", TASK, "--p-learner", "1", "--max-steps", "6"]
-    assert main(argv) == 0
+    # the run folder stands for its latest checkpoint, and the record names that checkpoint
+    argv = ["--checkpoint", str(ckpt.parents[1]), "--out", str(out), "--task", TASK, "--p-learner", "1"]
+    assert main([*argv, "--max-steps", "6"]) == 0
+    configs = [json.loads(c.read_text()) for c in out.rglob("config.json")]
+    assert configs and all(c["dagger"]["checkpoint"] == str(ckpt) for c in configs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 1 and summary["turns"] >= 1
     examples = read_sft_jsonl([out / "examples.jsonl"])
