@@ -92,7 +92,7 @@ class SFTConfig:
     domain: str = opt("harbor-bank-v0", "environment the data comes from (recorded for tau-env eval)")
     retrieval: str = opt("", "its retrieval configuration, e.g. none or bm25 (empty: the env's default)")
     max_new_tokens: int = opt(256, "per-turn token cap recorded for evaluation")
-    save_every: int = opt(0, "save a checkpoint every N steps (0: only at the end)")
+    save_every: int = opt(20, "save a checkpoint every N steps, so a killed run resumes there (0: only at the end)")
     seed: int = opt(0, "seed of the data order and LoRA initialisation")
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")

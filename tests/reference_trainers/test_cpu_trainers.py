@@ -353,6 +353,42 @@ def test_one_sft_step_checkpoints_and_resume_continues(tiny_dir, sft_file, tmp_p
     assert (out / "metrics.svg").read_text().startswith("<svg")
 
 
+def test_a_killed_sft_run_resumes_from_its_last_checkpoint_to_the_same_weights(
+    tiny_dir, sft_file, tmp_path, monkeypatch
+):
+    def cfg(out: Path) -> sft.SFTConfig:
+        return sft.SFTConfig(
+            model=str(tiny_dir), data=[str(sft_file)], out=str(out), steps=5, batch_size=1, micro_batch=1,
+            lora_rank=4, lr=1e-2, retrieval="none", save_every=2, threads=1, progress=False,
+        )  # fmt: skip
+
+    whole = load_checkpoint(sft.train(cfg(tmp_path / "whole"))).model.state_dict()
+    calls = {"n": 0}
+    real = sft.micro_step
+
+    def dies_in_step_4(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt  # killed half-way through step 4
+        return real(*args, **kwargs)
+
+    out = tmp_path / "killed"
+    monkeypatch.setattr(sft, "micro_step", dies_in_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        sft.train(cfg(out))
+    assert latest_checkpoint(out).name == "step-000002"  # the last save before the kill (every 2 steps)
+    monkeypatch.setattr(sft, "micro_step", real)
+    last = sft.train(cfg(out))  # the same command again
+    assert last.name == "step-000005"
+    resumed = load_checkpoint(last).model.state_dict()
+    for k in whole:  # equal up to the rounding of merging the LoRA delta into the saved weights and out again
+        torch.testing.assert_close(resumed[k], whole[k], atol=1e-6, rtol=1e-5)
+    w = [json.loads(x) for x in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["loss"], r["lr"]) for r in rows] == [(r["loss"], r["lr"]) for r in w]  # the same batches, in order
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]  # step 3's row of the killed run is not kept twice
+
+
 def test_sft_resume_reloads_the_lora_factors(tiny_dir, sft_file, tmp_path):
     out = tmp_path / "sft"
     cfg = sft.SFTConfig(
