@@ -179,7 +179,13 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     marker = Path(run_dir) / "latest"
     if not marker.is_file():
         return None
-    path = Path(run_dir) / "checkpoints" / marker.read_text(encoding="utf-8").strip()
+    try:
+        name = marker.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):  # unreadable or not ours: as if there were no marker
+        return None
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        return None
+    path = Path(run_dir) / "checkpoints" / name
     return path if (path / INFO_FILE).is_file() else None
 
 

@@ -48,7 +48,7 @@ def load_model(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
         raise InvalidOptionError(f"{path} is not a model folder (no config.json); pass a Hugging Face model folder.")
     try:  # another tool's config.json (a tau-env eval results folder has one) is not a model's
         model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (ValueError, UnicodeDecodeError, AttributeError):
+    except (ValueError, UnicodeDecodeError, AttributeError, RecursionError):
         model_type = None
     if not model_type:
         raise InvalidOptionError(
@@ -262,7 +262,7 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 continue
             try:
                 ex = json.loads(line)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
                 raise ResultsFolderError(f"{p}:{n} is not JSON ({e}); each line is one SFT example.") from None
             problem = sft_example_problem(ex)
             if problem:
@@ -621,7 +621,8 @@ def check_number(
     """
     value = getattr(cfg, name)
     kinds = (int,) if integer else (int, float)
-    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    ok = ok and (isinstance(value, int) or math.isfinite(value))  # an int is finite (and may not fit a float)
     ok = ok and (lo is None or (value > lo if above else value >= lo))
     ok = ok and (hi is None or (value < hi if below else value <= hi))
     if not ok:

@@ -251,10 +251,10 @@ def collect(
     """
     from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint
 
-    checkpoint = resolve_checkpoint(checkpoint)  # a run folder: its latest checkpoint, recorded as such
-
     from tau_env import ScriptedUser
     from tau_env.harness import aevaluate
+
+    checkpoint = resolve_checkpoint(checkpoint)  # a run folder: its latest checkpoint, recorded as such
 
     out = Path(out)
     summary_path = out / "summary.json"

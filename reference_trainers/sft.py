@@ -112,6 +112,9 @@ class SFTConfig:
         check_family(self.family)
 
 
+#: The most examples one run may draw (steps x batch size): ~3 years of steps at one example a second.
+MAX_EXAMPLES = 10**8
+
 #: Settings a resumed run may change: where, how fast (micro-batches, the prefix's gradient) and how long it
 #: runs (more steps continue it), how often it saves. The data are compared by content (``data_digest``),
 #: not by path.
@@ -178,6 +181,11 @@ def train(cfg: SFTConfig) -> Path:
     if not cfg.data:
         raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
     examples = read_sft_jsonl(cfg.data)  # bad data is named before a model is loaded
+    drawn = cfg.steps * cfg.batch_size if cfg.steps else cfg.epochs * len(examples)
+    if drawn > MAX_EXAMPLES:  # the batch order is drawn up front: a run that never ends would hang there
+        raise InvalidOptionError(
+            f"--steps/--epochs ask for more than {MAX_EXAMPLES:.0e} examples (steps x batch size); ask for fewer."
+        )
     resume_from = latest_checkpoint(out) if cfg.resume else None
     if resume_from is not None:
         ckpt = load_checkpoint(resume_from, for_training=True)

@@ -54,13 +54,19 @@ def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
             f"No SFT file at {p}: expected the JSONL that `tau-env export-sft RUN --jsonl FILE` writes "
             "(or a synthesis run's sft/sft.jsonl)."
         )
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidOptionError(
+            f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); expected export-sft JSONL."
+        ) from None
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             ex = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
             raise InvalidOptionError(f"{p}:{n}: not JSON ({e}); expected one export-sft example per line.") from e
         out.append(sft_row(ex, where=f"{p}:{n}"))
     return out
@@ -76,7 +82,7 @@ def sft_row(example: Mapping[str, Any], where: str = "example") -> dict[str, Any
         if isinstance(value, str):  # a parquet row's JSON-encoded column
             try:
                 value = json.loads(value)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise InvalidOptionError(f"{where}: '{key}' is a string but not JSON ({e}).") from None
         decoded[key] = [] if key == "tools" and value is None else value
     messages, tools, train = decoded["messages"], decoded["tools"], decoded["train"]
@@ -300,7 +306,7 @@ def episode_spec(extra_info: Any) -> EpisodeSpec:
 def _json_object(text: str, flag: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise InvalidOptionError(f"{flag} is not JSON ({e}): give an object, e.g. '{{\"max_steps\": 30}}'.") from None
     if not isinstance(value, dict):
         raise InvalidOptionError(f"{flag} must be a JSON object of tau_env.make keywords, not {text!r}.")

@@ -232,3 +232,45 @@ def test_dagger_refuses_a_folder_that_is_no_checkpoint_in_one_line(tmp_path, cap
     with pytest.raises(SystemExit) as e:
         dagger.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "o"), "--temperature", "-1"])
     assert e.value.code == 2 and "--temperature must be" in capsys.readouterr().err
+
+
+def test_huge_numbers_and_runs_that_would_never_end_are_refused(tmp_path, example):
+    with pytest.raises(InvalidOptionError, match="--steps must be an integer"):
+        sft.SFTConfig(steps=-(10**400))  # too big for a float: still a clear error
+    assert sft.SFTConfig(steps=10**400).steps == 10**400  # in range; the run itself refuses it
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(example) + "\n", encoding="utf-8")
+    for kw in ({"steps": 10**400}, {"epochs": 1e308}):
+        cfg = sft.SFTConfig(model=str(tmp_path / "none"), data=[str(data)], out=str(tmp_path / "o"), **kw)
+        with pytest.raises(InvalidOptionError, match="ask for fewer"):
+            sft.train(cfg)
+    assert not (tmp_path / "o" / "checkpoints").exists()
+
+
+def test_json_nested_too_deeply_is_a_bad_line_for_both_readers(tmp_path):
+    from tau_env.reference_trainers import verl_data
+
+    path = tmp_path / "data.jsonl"
+    path.write_text("[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(ResultsFolderError, match=":1 is not JSON"):
+        read_sft_jsonl([path])
+    with pytest.raises(InvalidOptionError, match=":1: not JSON"):
+        verl_data.read_sft_jsonl(path)
+    path.write_bytes(b'{"messages": "\xff"}\n')
+    with pytest.raises(InvalidOptionError, match="not UTF-8"):
+        verl_data.read_sft_jsonl(path)
+
+
+def test_a_latest_marker_that_is_not_ours_is_ignored(tmp_path):
+    from tau_env.reference_trainers.checkpoint import find_checkpoint, latest_checkpoint
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-000001").mkdir(parents=True)
+    (run / "checkpoints" / "step-000001" / "tau_env_trainer.json").write_text("{}")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "tau_env_trainer.json").write_text("{}")
+    for marker in (b"../../elsewhere\n", b"\xff\xfe", b"", b"..\n"):
+        (run / "latest").write_bytes(marker)
+        assert latest_checkpoint(run) is None
+        assert find_checkpoint(run) == run / "checkpoints" / "step-000001"
