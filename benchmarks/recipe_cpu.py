@@ -228,7 +228,7 @@ def _turn_label(message: dict[str, Any]) -> str:
     return ((calls[0].get("function") or {}).get("name") or "?") if calls else "text"
 
 
-def teacher_forced(checkpoint: Path, examples: list[dict[str, Any]]) -> dict[str, Any]:
+def teacher_forced(checkpoint: Path, examples: list[dict[str, Any]], device: str = "cpu") -> dict[str, Any]:
     """How a checkpoint does on the teacher's own episodes of the held-out tasks, teacher-forced: per
     trained turn (an agent turn: a lookup, an unlock, a question, a call), whether greedy decoding
     would write it exactly, given the teacher's conversation so far. Apart from pass@1, where one
@@ -239,12 +239,12 @@ def teacher_forced(checkpoint: Path, examples: list[dict[str, Any]]) -> dict[str
     from tau_env.reference_trainers.checkpoint import load_checkpoint
     from tau_env.reference_trainers.cpu_common import tokenize_sft_example
 
-    ckpt = load_checkpoint(checkpoint)
+    ckpt = load_checkpoint(checkpoint, device=device)
     model = ckpt.model.eval()
     per_task: dict[str, list[dict[str, Any]]] = {}
     for ex in examples:
         sample = tokenize_sft_example(ckpt.tokenizer, ex, ckpt.chat_template)
-        ids = torch.tensor([sample.input_ids])
+        ids = torch.tensor([sample.input_ids], device=getattr(model, "device", "cpu"))
         with torch.no_grad():
             logits = model(ids).logits[0, :-1].float()
         logp = torch.log_softmax(logits, -1)
@@ -355,6 +355,7 @@ def evaluate(
         cmd += ["--trials", str(args.trials), "--seed", str(args.seed), "--retrieval", args.retrieval]
         cmd += ["--agent-temperature", f"{args.eval_temperature:g}", "--max-tokens", str(args.max_new_tokens)]
         cmd += ["--max-steps", str(args.max_steps), "--quiet", "--out", str(out / f"shard-{k}")]
+        cmd += ["--agent-device", args.device]
         if tasks_file is not None:
             cmd += ["--tasks", str(tasks_file)]
         cmd += [x for t in shard for x in ("--task", t)]
@@ -646,6 +647,7 @@ def dagger_data(
         cmd += ["--out", str(shard_out), "--tasks", str(synth / "tasks.jsonl"), "--seed", str(args.seed)]
         cmd += ["--p-learner", f"{args.dagger_p:g}", "--temperature", f"{args.eval_temperature:g}"]
         cmd += ["--max-tokens", str(args.max_new_tokens), "--max-steps", "40", "--retrieval", args.retrieval]
+        cmd += ["--device", args.device]
         cmd += [x for t in tasks[k::workers] for x in ("--task", t)]
         cmds.append((k, cmd))
     run_workers(folder, cmds, "DAgger collection", single_thread=workers > 1)
@@ -834,6 +836,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="evaluation processes (one thread each)")
     p.add_argument("--max-len", type=int, default=4200, help="longest SFT example and GRPO episode, in tokens")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="where the trainers and evaluations run the model: auto (a GPU when torch sees one, else the CPU), "
+        "cpu, cuda[:N]; on a GPU raise --workers (each evaluation process holds a copy of the 135M model)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if not 0 <= args.indist <= 1000:  # its candidates are a synthesis run of 4 x N tasks, N x trials episodes
@@ -863,9 +871,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from tau_env.reference_trainers import grpo, sft
     from tau_env.reference_trainers.checkpoint import base_checkpoint
-    from tau_env.reference_trainers.cpu_common import build_tiny_model, set_threads
+    from tau_env.reference_trainers.cpu_common import build_tiny_model, resolve_device, set_threads
     from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
 
+    from tau_env.error import InvalidOptionError
+
+    try:  # a GPU this machine lacks is said before hours of synthesis
+        resolve_device(args.device)
+    except InvalidOptionError as e:
+        p.error(str(e))
     set_threads(args.threads or None)
     tmp = None
     if args.quick:
@@ -921,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     before = evaluate(base, out / "eval_before", args, heldout)
     # the same checkpoints teacher-forced on the teacher's episodes of the held-out tasks: which turns are learnt
     forced_examples = heldout_teacher_examples(out / "heldout_teacher", heldout, args.retrieval)
-    forced = {"before": teacher_forced(base, forced_examples)}
+    forced = {"before": teacher_forced(base, forced_examples, args.device)}
     indist: dict[str, Any] = {}
     if args.indist:
         indist_file, indist_ids = indist_tasks(
@@ -948,12 +962,13 @@ def main(argv: list[str] | None = None) -> int:
             turn_prefixes=args.turn_prefixes,
             lora_layers=args.lora_layers,
             seed=args.seed,
+            device=args.device,
             progress=not args.quick,
         )
     )
     timings["sft_s"] = time.perf_counter() - t
     after_sft = evaluate(sft_ckpt, out / f"eval_sft_{sft_ckpt.name}", args, heldout)
-    forced["after_sft"] = teacher_forced(sft_ckpt, forced_examples)
+    forced["after_sft"] = teacher_forced(sft_ckpt, forced_examples, args.device)
     if args.indist:
         folder = out / f"eval_indist_sft_{sft_ckpt.name}"
         indist["after_sft"] = evaluate(sft_ckpt, folder, args, indist_ids, indist_file)
@@ -991,6 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
                 turn_prefixes=0,
                 lora_layers=args.lora_layers,
                 seed=args.seed,
+                device=args.device,
                 progress=not args.quick,
             )
         )
@@ -999,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
         after_dagger = evaluate(
             sft_ckpt, sft_ckpt.parents[1].with_name(f"eval_{sft_ckpt.parents[1].name}_{sft_ckpt.name}"), args, heldout
         )
-        forced["after_dagger"] = teacher_forced(sft_ckpt, forced_examples)
+        forced["after_dagger"] = teacher_forced(sft_ckpt, forced_examples, args.device)
         if args.indist:
             folder = sft_ckpt.parents[1].with_name(f"eval_indist_{sft_ckpt.parents[1].name}_{sft_ckpt.name}")
             indist["after_dagger"] = evaluate(sft_ckpt, folder, args, indist_ids, indist_file)
@@ -1027,12 +1043,13 @@ def main(argv: list[str] | None = None) -> int:
             lora_layers=args.lora_layers,
             save_every=1,
             seed=args.seed,
+            device=args.device,
             progress=not args.quick,
         )
     )
     timings["grpo_s"] = time.perf_counter() - t
     after_grpo = evaluate(grpo_ckpt, grpo_dir.with_name(f"eval_{grpo_dir.name}_{grpo_ckpt.name}"), args, heldout)
-    forced["after_grpo"] = teacher_forced(grpo_ckpt, forced_examples)
+    forced["after_grpo"] = teacher_forced(grpo_ckpt, forced_examples, args.device)
     if args.indist:
         folder = grpo_dir.with_name(f"eval_indist_{grpo_dir.name}_{grpo_ckpt.name}")
         indist["after_grpo"] = evaluate(grpo_ckpt, folder, args, indist_ids, indist_file)

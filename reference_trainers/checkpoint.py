@@ -125,6 +125,8 @@ def save_checkpoint(
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "lora": lora_state(model) if lora else {},
         "torch_rng": torch.get_rng_state(),
+        # the GPU's generators too (rollouts sample there): a run resumed on a GPU draws what it would have
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
         "python_rng": random.getstate(),
         **(extra_state or {}),
     }
@@ -216,7 +218,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     )
 
 
-def load_checkpoint(path: str | Path, *, for_training: bool = False) -> Checkpoint:
+def load_checkpoint(path: str | Path, *, for_training: bool = False, device: str = "cpu") -> Checkpoint:
     """Load a checkpoint folder.
 
     Args:
@@ -224,13 +226,15 @@ def load_checkpoint(path: str | Path, *, for_training: bool = False) -> Checkpoi
             complete checkpoint (:func:`resolve_checkpoint`).
         for_training: Re-attach the run's LoRA layers with their factors (the base weights less the
             merged delta) and load the resume state; False: the merged model for inference.
+        device: Where the model goes (``auto``, ``cpu``, ``cuda[:N]``); a checkpoint saved on one
+            device loads on any other (its resume state is read onto the CPU, the optimizer moves it).
     """
     path = resolve_checkpoint(path)
     info = read_info(path)
-    model, tokenizer = load_model(path)
+    model, tokenizer = load_model(path, device=device)
     state: dict[str, Any] = {}
     if for_training:
-        state = torch.load(path / STATE_FILE, weights_only=False)
+        state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")
         lora = info.get("lora")
         if lora:
             add_lora(model, int(lora["rank"]), float(lora["alpha"]), tuple(lora["targets"]), int(lora.get("layers", 0)))
@@ -238,7 +242,7 @@ def load_checkpoint(path: str | Path, *, for_training: bool = False) -> Checkpoi
     return Checkpoint(path, model, tokenizer, info, state)
 
 
-def starting_model(model: str | Path, family: str = "") -> tuple[Any, Any, str, str]:
+def starting_model(model: str | Path, family: str = "", device: str = "cpu") -> tuple[Any, Any, str, str]:
     """A trainer's starting point, ``(model, tokenizer, family, chat template)``: a checkpoint of these
     trainers (or a run folder: its latest) with the family and template it was trained with, else a
     Hugging Face model folder with its tokenizer family's template. ``family`` overrides the family.
@@ -247,9 +251,9 @@ def starting_model(model: str | Path, family: str = "") -> tuple[Any, Any, str, 
 
     found = find_checkpoint(model)
     if found is not None:
-        base = load_checkpoint(found)
+        base = load_checkpoint(found, device=device)
         return base.model, base.tokenizer, family or base.info["family"], base.chat_template
-    net, tokenizer = load_model(model)
+    net, tokenizer = load_model(model, device=device)
     family = family or tokenizer_family(tokenizer)
     return net, tokenizer, family, chat_template_for(tokenizer, family)
 
@@ -258,6 +262,9 @@ def restore_rng(state: dict[str, Any]) -> None:
     """Put back the random state a checkpoint saved."""
     if "torch_rng" in state:
         torch.set_rng_state(state["torch_rng"])
+    cuda = state.get("cuda_rng")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
     if "python_rng" in state:
         random.setstate(state["python_rng"])
 
@@ -294,13 +301,14 @@ def agent_policy(
 
 
 def checkpoint_policy(
-    path: str | Path, *, temperature: float = 0.0, max_new_tokens: int | None = None
+    path: str | Path, *, temperature: float = 0.0, max_new_tokens: int | None = None, device: str = "auto"
 ) -> tuple[Any, dict[str, Any]]:
     """A checkpoint as the agent seat (see :func:`agent_policy`) and its ``tau_env_trainer.json``.
 
-    ``max_new_tokens`` None: the per-turn cap the checkpoint records.
+    ``max_new_tokens`` None: the per-turn cap the checkpoint records. ``device``: where it generates
+    (``auto``: the GPU when torch sees one, else the CPU).
     """
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(path, device=device)
     agent = ckpt.info.get("agent") or {}
     policy = agent_policy(
         ckpt.model,

@@ -243,11 +243,13 @@ def collect(
     max_steps: int = 40,
     retrieval: str | None = None,
     lookup: str = "early",
+    device: str = "auto",
 ) -> dict[str, Any]:
     """Play ``checkpoint`` with the teacher labelling it (:class:`DaggerAgent`) on ``task_ids`` of
     ``env`` (or of the task file ``tasks``) with the scripted user, and write the examples to
     ``OUT/examples.jsonl`` (episodes in ``OUT/episodes``). Returns the counts, also written to
-    ``OUT/summary.json``. A folder that holds a summary is read back, not played again.
+    ``OUT/summary.json``. A folder that holds a summary is read back, not played again. ``device``:
+    where the checkpoint generates (``auto``: a GPU when torch sees one, else the CPU).
     """
     from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint
 
@@ -261,7 +263,7 @@ def collect(
     if summary_path.is_file():
         return json.loads(summary_path.read_text(encoding="utf-8"))
     out.mkdir(parents=True, exist_ok=True)
-    learner, info = checkpoint_policy(checkpoint, temperature=temperature, max_new_tokens=max_new_tokens)
+    learner, info = checkpoint_policy(checkpoint, temperature=temperature, max_new_tokens=max_new_tokens, device=device)
     agent = DaggerAgent(learner, p_learner=p_learner, seed=seed, lookup=lookup)
     trained = info.get("agent") or {}
     kwargs: dict[str, Any] = {"max_steps": max_steps, "retrieval": retrieval or trained.get("retrieval") or "grep"}
@@ -337,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=None, help="per agent turn (default: the checkpoint's)")
     p.add_argument("--max-steps", type=int, default=40)
     p.add_argument("--retrieval", default=None, help="default: the checkpoint's")
+    p.add_argument(
+        "--device", default="auto", help="where the checkpoint generates: auto (a GPU if torch sees one), cpu, cuda[:N]"
+    )
     args = p.parse_args(argv)
     if not 0.0 <= args.p_learner <= 1.0:
         p.error(f"--p-learner must be in [0, 1], not {args.p_learner}")
@@ -347,8 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (("--max-steps", args.max_steps), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             p.error(f"{flag} must be at least 1, not {value}")
-    from tau_env.reference_trainers.cpu_common import run_main
+    from tau_env.reference_trainers.cpu_common import check_device, run_main
 
+    try:
+        check_device(args.device)
+    except InvalidOptionError as e:
+        p.error(str(e))
     return run_main(p.prog, lambda: _collect_and_print(args))
 
 
@@ -366,6 +375,7 @@ def _collect_and_print(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_tokens,
         max_steps=args.max_steps,
         retrieval=args.retrieval,
+        device=args.device,
     )
     print(json.dumps(summary))
     return 0

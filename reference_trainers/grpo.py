@@ -50,6 +50,7 @@ from tau_env.reference_trainers.cpu_common import (
     LORA_TARGETS,
     MetricsLog,
     add_lora,
+    check_device,
     check_family,
     check_number,
     check_resume,
@@ -59,6 +60,7 @@ from tau_env.reference_trainers.cpu_common import (
     pad_rows,
     prefix_shared_logits,
     progress_bar,
+    resolve_device,
     save_peft_adapter,
     set_threads,
     split_point,
@@ -118,6 +120,7 @@ class GRPOConfig:
     save_every: int = opt(5, "save a checkpoint every N steps (and at the end)")
     seed: int = opt(0, "seed of task sampling, rollouts and LoRA initialisation")
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
+    device: str = opt("auto", "where the model trains and rolls out: auto (a GPU when torch sees one), cpu, cuda[:N]")
     resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
     progress: bool = opt(True, "show a progress bar")
 
@@ -137,6 +140,7 @@ class GRPOConfig:
         check_number(self, "is_cap", 0, above=True)
         check_number(self, "mask_delta", 0)
         check_family(self.family)
+        check_device(self.device)
 
 
 def make_kwargs(cfg: GRPOConfig) -> dict[str, Any]:
@@ -158,6 +162,7 @@ RESUME_FREE = frozenset(
         "resume",
         "progress",
         "threads",
+        "device",
         "save_every",
         "micro_batch",
         "prefix_grad",
@@ -297,8 +302,8 @@ def group_loss(model: Any, group: list[TokenTrajectory], cfg: GRPOConfig) -> tup
     width = max(len(t.input_ids) for t in group)
     logp_new, tokens = group_logprobs(model, group, cfg.micro_batch, cfg.prefix_grad)
     logp_old = logp_new.detach()  # one optimizer step per batch of rollouts: pi_old is pi_theta before the step
-    logp_rollout = pad_rows([t.rollout_logprobs for t in group], width)
-    mask = pad_rows([t.agent_mask for t in group], width, dtype=torch.long)
+    logp_rollout = pad_rows([t.rollout_logprobs for t in group], width).to(logp_new.device)
+    mask = pad_rows([t.agent_mask for t in group], width, dtype=torch.long).to(logp_new.device)
     rewards = torch.tensor([float(t.reward or 0.0) for t in group])
     loss, stats = grpo_loss(
         logp_new,
@@ -321,13 +326,14 @@ def _mean(rows: list[dict[str, float]], key: str) -> float | None:
 def train(cfg: GRPOConfig) -> Path:
     """Run GRPO; returns the last checkpoint's folder."""
     set_threads(cfg.threads or None)
+    resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read or loaded
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     resume_from = latest_checkpoint(out) if cfg.resume else None
     ckpt = None
     if resume_from is not None:
-        ckpt = load_checkpoint(resume_from, for_training=True)
+        ckpt = load_checkpoint(resume_from, for_training=True, device=cfg.device)
         model, tokenizer, start = ckpt.model, ckpt.tokenizer, ckpt.step
         family, template, lora = ckpt.info["family"], ckpt.chat_template, ckpt.info.get("lora")
         log.info("resuming %s from step %d", out, start)
@@ -335,7 +341,7 @@ def train(cfg: GRPOConfig) -> Path:
         if not cfg.model:
             raise InvalidOptionError("GRPO needs --model: a Hugging Face model folder or a trainer checkpoint.")
         start = 0
-        model, tokenizer, family, template = starting_model(cfg.model, cfg.family)
+        model, tokenizer, family, template = starting_model(cfg.model, cfg.family, device=cfg.device)
         lora = None
         if cfg.lora_rank > 0:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)

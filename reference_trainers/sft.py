@@ -39,6 +39,7 @@ from tau_env.reference_trainers.cpu_common import (
     MetricsLog,
     Sample,
     add_lora,
+    check_device,
     check_family,
     check_number,
     check_resume,
@@ -51,6 +52,7 @@ from tau_env.reference_trainers.cpu_common import (
     prefix_shared_logits,
     progress_bar,
     read_sft_jsonl,
+    resolve_device,
     set_threads,
     split_point,
     svg_plot,
@@ -95,6 +97,7 @@ class SFTConfig:
     save_every: int = opt(20, "save a checkpoint every N steps, so a killed run resumes there (0: only at the end)")
     seed: int = opt(0, "seed of the data order and LoRA initialisation")
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
+    device: str = opt("auto", "where the model trains: auto (a GPU when torch sees one), cpu, cuda[:N]")
     resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
     progress: bool = opt(True, "show a progress bar")
 
@@ -110,6 +113,7 @@ class SFTConfig:
         check_number(self, "weight_decay", 0)
         check_number(self, "grad_clip", 0)
         check_family(self.family)
+        check_device(self.device)
 
 
 #: The most examples one run may draw (steps x batch size): ~3 years of steps at one example a second.
@@ -119,7 +123,8 @@ MAX_EXAMPLES = 10**8
 #: runs (more steps continue it), how often it saves. The data are compared by content (``data_digest``),
 #: not by path.
 RESUME_FREE = frozenset(
-    {"out", "resume", "progress", "threads", "save_every", "micro_batch", "prefix_grad", "steps", "epochs", "data"}
+    {"out", "resume", "progress", "threads", "device", "save_every", "micro_batch", "prefix_grad", "steps", "epochs"}
+    | {"data"}
 )
 
 
@@ -175,6 +180,7 @@ def micro_step(
 def train(cfg: SFTConfig) -> Path:
     """Run SFT; returns the last checkpoint's folder."""
     set_threads(cfg.threads or None)
+    resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read or loaded
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     out = Path(cfg.out)
@@ -188,14 +194,14 @@ def train(cfg: SFTConfig) -> Path:
         )
     resume_from = latest_checkpoint(out) if cfg.resume else None
     if resume_from is not None:
-        ckpt = load_checkpoint(resume_from, for_training=True)
+        ckpt = load_checkpoint(resume_from, for_training=True, device=cfg.device)
         model, tokenizer, start = ckpt.model, ckpt.tokenizer, ckpt.step
         family, template = ckpt.info["family"], ckpt.chat_template
         log.info("resuming %s from step %d", out, start)
     else:
         if not cfg.model:
             raise InvalidOptionError("SFT needs --model: a Hugging Face model folder or a trainer checkpoint.")
-        model, tokenizer, family, template = starting_model(cfg.model, cfg.family)
+        model, tokenizer, family, template = starting_model(cfg.model, cfg.family, device=cfg.device)
         if cfg.lora_rank > 0:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
         start, ckpt = 0, None

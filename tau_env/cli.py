@@ -247,7 +247,10 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
 
     args.agent_checkpoint = resolve_checkpoint(args.agent_checkpoint)  # a run folder: its latest checkpoint
     policy, info = checkpoint_policy(
-        args.agent_checkpoint, temperature=args.agent_temperature, max_new_tokens=args.max_tokens
+        args.agent_checkpoint,
+        temperature=args.agent_temperature,
+        max_new_tokens=args.max_tokens,
+        device=args.agent_device or "auto",
     )
     trained = info.get("agent") or {}
     if args.retrieval is None and trained.get("retrieval"):
@@ -260,6 +263,7 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
         "step": info.get("step"),
         "retrieval": args.retrieval,
         "max_tokens": policy.max_new_tokens,
+        "device": str(getattr(policy.model, "device", "cpu")),
     }
     return {"policy": policy, "domain": trained.get("domain"), "record": record}
 
@@ -274,6 +278,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for seat in ("agent", "user"):
         if getattr(args, f"{seat}_base_url") and not getattr(args, f"{seat}_model"):
             raise InvalidOptionError(f"--{seat}-base-url needs --{seat}-model: name the model to use there.")
+    if args.agent_device is not None and args.agent_checkpoint is None:
+        raise InvalidOptionError("--agent-device places --agent-checkpoint's model; give --agent-checkpoint too.")
     checkpoint = _checkpoint(args) if args.agent_checkpoint is not None else None
     domain = args.domain_opt or args.domain or (checkpoint or {}).get("domain") or "harbor-bank-v0"
     agent_name = args.agent_model or (f"checkpoint-{args.agent_checkpoint.name}" if checkpoint else args.agent)
@@ -441,6 +447,11 @@ def build_parser(synth: bool = False, serve: bool = False) -> argparse.ArgumentP
         help="a checkpoint of tau_env's reference trainers (RUN/checkpoints/step-N, or a run folder RUN: its latest "
         "checkpoint) played in process, with the "
         "chat template and, unless flags say otherwise, the domain, retrieval and step budget it was trained with",
+    )
+    s.add_argument(
+        "--agent-device",
+        type=_name,
+        help="where --agent-checkpoint's model generates: auto (default: a GPU when torch sees one), cpu, cuda[:N]",
     )
     s.add_argument("--user", choices=USERS, default="scripted", help="built-in user policy (default: scripted)")
     for seat in ("agent", "user"):
