@@ -263,8 +263,7 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
         "step": info.get("step"),
         "retrieval": args.retrieval,
         "max_tokens": policy.max_new_tokens,
-        "device": str(getattr(policy.model, "device", "cpu")),
-    }
+    }  # not the device: the same run on a GPU or a CPU, and a folder begun on one resumes on the other
     return {"policy": policy, "domain": trained.get("domain"), "record": record}
 
 

@@ -131,7 +131,7 @@ def test_the_trainers_and_dagger_command_lines_refuse_a_device_in_one_line(tiny,
     assert not any((tmp_path / x).exists() for x in ("s", "g", "d"))
 
 
-def test_sft_on_the_cpu_named_is_the_default_run_and_eval_records_its_device(tiny, tmp_path, no_gpu):
+def test_sft_on_the_cpu_named_is_the_default_run_and_runs_move_between_devices(tiny, tmp_path, no_gpu):
     from tau_env.cli import main
 
     model, data = tiny
@@ -155,10 +155,14 @@ def test_sft_on_the_cpu_named_is_the_default_run_and_eval_records_its_device(tin
         )
     )  # fmt: skip
     assert resumed.name == "step-000003"
+    # an evaluation begun on one device resumes on another: the device is not one of the run's settings
     out = tmp_path / "eval"
     argv = ["eval", "--agent-checkpoint", str(a), "--task", "found_card_unlock", "--max-steps", "3", "--quiet"]
     assert main([*argv, "--agent-device", "cpu", "--out", str(out)]) == 0
-    assert json.loads((out / "config.json").read_text())["agent_checkpoint"]["device"] == "cpu"
+    first = (out / "trajectories.jsonl").read_text()
+    assert main([*argv, "--agent-device", "auto", "--out", str(out)]) == 0  # resumed: nothing left to play
+    assert (out / "trajectories.jsonl").read_text() == first and len(first.splitlines()) == 1
+    assert "device" not in json.dumps(json.loads((out / "config.json").read_text())["agent_checkpoint"])
 
 
 def test_eval_refuses_a_missing_gpu_and_a_device_without_a_checkpoint(tiny, tmp_path, capsys, no_gpu):
