@@ -70,14 +70,14 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def use_device(model: Any, device: torch.device) -> Any:
-    """Move ``model`` to ``device``; on a GPU, let float32 matrix products use TF32 (as veRL and most
-    trainers do: ~8x the float32 throughput of an H100, 10-bit mantissas in the products' inputs).
+def allow_tf32(device: torch.device) -> None:
+    """On a GPU, let float32 matrix products use TF32, as veRL and most trainers do (several times the
+    float32 throughput of an H100; 10-bit mantissas in the products' inputs). Process-wide: the
+    trainers call it, not the loaders (a user's process keeps its own settings).
     """
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return model.to(device)
 
 
 def load_model(path: str | Path, *, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
@@ -100,7 +100,7 @@ def load_model(path: str | Path, *, dtype: str = "float32", device: str = "cpu")
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     target = resolve_device(device)  # before the weights load: a GPU that is not there is said at once
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=getattr(torch, dtype))
-    return use_device(model, target), tokenizer
+    return model.to(target), tokenizer
 
 
 def tokenizer_family(tokenizer: Any) -> str:

@@ -50,6 +50,7 @@ from tau_env.reference_trainers.cpu_common import (
     LORA_TARGETS,
     MetricsLog,
     add_lora,
+    allow_tf32,
     check_device,
     check_family,
     check_number,
@@ -326,7 +327,7 @@ def _mean(rows: list[dict[str, float]], key: str) -> float | None:
 def train(cfg: GRPOConfig) -> Path:
     """Run GRPO; returns the last checkpoint's folder."""
     set_threads(cfg.threads or None)
-    resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read or loaded
+    allow_tf32(resolve_device(cfg.device))  # a GPU this machine lacks is said before anything is read
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

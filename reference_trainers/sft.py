@@ -39,6 +39,7 @@ from tau_env.reference_trainers.cpu_common import (
     MetricsLog,
     Sample,
     add_lora,
+    allow_tf32,
     check_device,
     check_family,
     check_number,
@@ -180,7 +181,7 @@ def micro_step(
 def train(cfg: SFTConfig) -> Path:
     """Run SFT; returns the last checkpoint's folder."""
     set_threads(cfg.threads or None)
-    resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read or loaded
+    allow_tf32(resolve_device(cfg.device))  # a GPU this machine lacks is said before anything is read
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     out = Path(cfg.out)
