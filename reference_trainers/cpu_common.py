@@ -30,6 +30,7 @@ from tau_env.reference_trainers.rollout import FAMILIES, TrajectoryBuilder
 from torch import Tensor, nn
 
 from tau_env.error import InvalidOptionError, ResultsFolderError
+from tau_env.messages import clip
 from tau_env.sft import initial_tools, sft_example_problem
 
 #: The Linear layers LoRA wraps (Llama/Qwen/SmolLM2 names): attention and MLP projections.
@@ -48,7 +49,8 @@ def check_device(device: Any) -> None:
     run starts, by :func:`resolve_device`: a config written on one machine may run on another).
     """
     if not (isinstance(device, str) and DEVICE_RE.fullmatch(device)):
-        raise InvalidOptionError(f"--device must be auto, cpu, cuda or cuda:N, not {device!r}")
+        shown = repr(clip(device, 40)) if isinstance(device, str) else f"a value of type {type(device).__name__}"
+        raise InvalidOptionError(f"--device must be auto, cpu, cuda or cuda:N, not {shown}")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -63,11 +65,12 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "cpu":
         return torch.device("cpu")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = int(device.partition(":")[2] or 0)
+    _, colon, digits = device.partition(":")
+    index = int(digits or 0)
     if index >= count:
         seen = f"it sees {count} GPU{'s' if count != 1 else ''}" if count else "it sees no GPU (CPU build or no driver)"
         raise InvalidOptionError(f"--device {device}: this machine's torch cannot use it: {seen}; use --device cpu.")
-    return torch.device(device)
+    return torch.device("cuda", index) if colon else torch.device("cuda")  # torch refuses "cuda:01" as text
 
 
 def allow_tf32(device: torch.device) -> None:

@@ -124,8 +124,19 @@ MAX_EXAMPLES = 10**8
 #: runs (more steps continue it), how often it saves. The data are compared by content (``data_digest``),
 #: not by path.
 RESUME_FREE = frozenset(
-    {"out", "resume", "progress", "threads", "device", "save_every", "micro_batch", "prefix_grad", "steps", "epochs"}
-    | {"data"}
+    {
+        "out",
+        "resume",
+        "progress",
+        "threads",
+        "device",
+        "save_every",
+        "micro_batch",
+        "prefix_grad",
+        "steps",
+        "epochs",
+        "data",
+    }
 )
 
 
