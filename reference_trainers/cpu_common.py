@@ -539,6 +539,13 @@ def content_digest(data: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+#: Settings any trainer's resumed run may change: where and how fast it runs (threads, device,
+#: micro-batches, the prefix's gradient), how long (more steps continue it), how often it saves.
+RESUME_FREE_COMMON = frozenset(
+    {"out", "resume", "progress", "threads", "device", "save_every", "micro_batch", "prefix_grad", "steps"}
+)
+
+
 def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any], free: Iterable[str]) -> None:
     """Refuse to resume the run in ``run_dir`` (its checkpoint's config ``saved``) with the config
     ``now`` when they differ in a setting outside ``free`` (the settings that change only where, how

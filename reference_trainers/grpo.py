@@ -48,6 +48,7 @@ from tau_env.reference_trainers.checkpoint import (
 )
 from tau_env.reference_trainers.cpu_common import (
     LORA_TARGETS,
+    RESUME_FREE_COMMON,
     MetricsLog,
     add_lora,
     allow_tf32,
@@ -157,25 +158,14 @@ def make_kwargs(cfg: GRPOConfig) -> dict[str, Any]:
 #: Settings a resumed run may change: where and how fast the rollouts and updates run (micro-batches, the
 #: prefix's gradient), how long (more steps continue it), how often it saves. The task file is compared by
 #: content (``tasks_digest``), not by path.
-RESUME_FREE = frozenset(
-    {
-        "out",
-        "resume",
-        "progress",
-        "threads",
-        "device",
-        "save_every",
-        "micro_batch",
-        "prefix_grad",
-        "steps",
-        "concurrency",
-        "rollout_server",
-        "rollout_model",
-        "rollout_seed",
-        "skip_zero_signal",
-        "tasks",
-    }
-)
+RESUME_FREE = RESUME_FREE_COMMON | {
+    "concurrency",
+    "rollout_server",
+    "rollout_model",
+    "rollout_seed",
+    "skip_zero_signal",
+    "tasks",
+}
 
 
 def tasks_digest(tasks: str) -> str:

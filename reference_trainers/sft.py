@@ -36,6 +36,7 @@ from tau_env.reference_trainers.checkpoint import (
 )
 from tau_env.reference_trainers.cpu_common import (
     LORA_TARGETS,
+    RESUME_FREE_COMMON,
     MetricsLog,
     Sample,
     add_lora,
@@ -123,21 +124,7 @@ MAX_EXAMPLES = 10**8
 #: Settings a resumed run may change: where, how fast (micro-batches, the prefix's gradient) and how long it
 #: runs (more steps continue it), how often it saves. The data are compared by content (``data_digest``),
 #: not by path.
-RESUME_FREE = frozenset(
-    {
-        "out",
-        "resume",
-        "progress",
-        "threads",
-        "device",
-        "save_every",
-        "micro_batch",
-        "prefix_grad",
-        "steps",
-        "epochs",
-        "data",
-    }
-)
+RESUME_FREE = RESUME_FREE_COMMON | {"epochs", "data"}
 
 
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
