@@ -19,7 +19,8 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -73,14 +74,31 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device("cuda", index) if colon else torch.device("cuda")  # torch refuses "cuda:01" as text
 
 
-def allow_tf32(device: torch.device) -> None:
-    """On a GPU, let float32 matrix products use TF32, as veRL and most trainers do (several times the
-    float32 throughput of an H100; 10-bit mantissas in the products' inputs). Process-wide: the
-    trainers call it, not the loaders (a user's process keeps its own settings).
+@contextmanager
+def matmul_precision(device: torch.device, *, tf32: bool) -> Iterator[None]:
+    """For the block's duration, float32 matrix products on a GPU in TF32 (``tf32=True``: as veRL and
+    most trainers train, several times the float32 throughput of an H100, 10-bit mantissas in the
+    products' inputs) or in full float32; the process's own setting is put back after, so a user's
+    process keeps its settings. Nothing changes on a CPU.
     """
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    if device.type != "cuda":
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9; its legacy flag raises when read after the new one is set
+        old: Any = matmul.fp32_precision
+        matmul.fp32_precision = "tf32" if tf32 else "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = old
+    else:
+        old = matmul.allow_tf32
+        matmul.allow_tf32 = tf32
+        try:
+            yield
+        finally:
+            matmul.allow_tf32 = old
 
 
 def load_model(path: str | Path, *, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
@@ -215,7 +233,9 @@ def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
         module, _, leaf = key.rpartition(".")
         if module.endswith(".base") and module[: -len(".base")] in wrapped:
             owner = module[: -len(".base")]
-            value = value + wrapped[owner].delta().detach() if leaf == "weight" else value
+            if leaf == "weight":
+                with matmul_precision(value.device, tf32=False):  # the merge exact, whatever the training used
+                    value = value + wrapped[owner].delta().detach()
             key = f"{owner}.{leaf}"
         out[key] = value.detach().to("cpu", copy=True)  # saved from the CPU whatever the model's device
     return out
@@ -228,7 +248,8 @@ def unmerge_into(model: nn.Module, lora_state: dict[str, Tensor]) -> None:
         for name, m in wrapped.items():
             m.lora_A.copy_(lora_state[f"{name}.lora_A"])
             m.lora_B.copy_(lora_state[f"{name}.lora_B"])
-            m.base.weight.sub_(m.delta())
+            with matmul_precision(m.base.weight.device, tf32=False):  # the exact inverse of the merge
+                m.base.weight.sub_(m.delta())
 
 
 def lora_state(model: nn.Module) -> dict[str, Tensor]:

@@ -51,13 +51,13 @@ from tau_env.reference_trainers.cpu_common import (
     RESUME_FREE_COMMON,
     MetricsLog,
     add_lora,
-    allow_tf32,
     check_device,
     check_family,
     check_number,
     check_resume,
     config_dict,
     content_digest,
+    matmul_precision,
     opt,
     pad_rows,
     prefix_shared_logits,
@@ -315,9 +315,16 @@ def _mean(rows: list[dict[str, float]], key: str) -> float | None:
 
 
 def train(cfg: GRPOConfig) -> Path:
-    """Run GRPO; returns the last checkpoint's folder."""
+    """Run GRPO; returns the last checkpoint's folder. On a GPU its float32 products are TF32
+    (:func:`matmul_precision`), the caller's setting back after.
+    """
+    device = resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read
+    with matmul_precision(device, tf32=True):
+        return _train(cfg)
+
+
+def _train(cfg: GRPOConfig) -> Path:
     set_threads(cfg.threads or None)
-    allow_tf32(resolve_device(cfg.device))  # a GPU this machine lacks is said before anything is read
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

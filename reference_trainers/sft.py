@@ -40,7 +40,6 @@ from tau_env.reference_trainers.cpu_common import (
     MetricsLog,
     Sample,
     add_lora,
-    allow_tf32,
     check_device,
     check_family,
     check_number,
@@ -48,6 +47,7 @@ from tau_env.reference_trainers.cpu_common import (
     compact_targets,
     config_dict,
     content_digest,
+    matmul_precision,
     opt,
     predicting_positions,
     prefix_cache,
@@ -177,9 +177,16 @@ def micro_step(
 
 
 def train(cfg: SFTConfig) -> Path:
-    """Run SFT; returns the last checkpoint's folder."""
+    """Run SFT; returns the last checkpoint's folder. On a GPU its float32 products are TF32
+    (:func:`matmul_precision`), the caller's setting back after.
+    """
+    device = resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read
+    with matmul_precision(device, tf32=True):
+        return _train(cfg)
+
+
+def _train(cfg: SFTConfig) -> Path:
     set_threads(cfg.threads or None)
-    allow_tf32(resolve_device(cfg.device))  # a GPU this machine lacks is said before anything is read
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     out = Path(cfg.out)

@@ -237,6 +237,11 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
     """
     if args.agent_model:
         raise InvalidOptionError("--agent-checkpoint and --agent-model both name the agent; give one.")
+    if args.backend == "ray":  # its policy holds a lock and a loaded model: not something to ship to workers
+        raise InvalidOptionError(
+            "--agent-checkpoint plays the model in this process; --backend ray cannot ship it to its workers: "
+            "use --backend local (--concurrency N episodes share the model)."
+        )
     try:  # the 'train' extra (torch, transformers), only for this flag
         from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint
     except ImportError as e:

@@ -78,6 +78,29 @@ def test_local_model_plays_the_agent_seat(tiny_model):
     assert again.events == r.events
 
 
+def test_the_prompt_goes_where_a_loaded_model_lives(tiny_model):
+    """A model a caller loaded on another device (a GPU) gets its prompt there: "meta" stands in for
+    it here, and a stand-in generate records where its inputs are."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tau_env.llm import TransformersClient
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(tiny_model, local_files_only=True)
+    seen = []
+
+    def generate(input_ids, **kwargs):
+        seen.append({k: v.device.type for k, v in {"input_ids": input_ids, **kwargs}.items() if torch.is_tensor(v)})
+        return torch.cat([input_ids.new_zeros(input_ids.shape, device="cpu"), torch.tensor([[tok.eos_token_id]])], 1)
+
+    model.generate = generate
+    model.to("meta")
+    client = TransformersClient(model, tok, sampling=Sampling(max_tokens=4))
+    asyncio.run(client.complete([{"role": "user", "content": "Please restock the widget."}]))
+    assert seen == [{"input_ids": "meta", "attention_mask": "meta"}]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     ops=st.lists(

@@ -191,6 +191,7 @@ class TransformersClient:
                 "model's folder instead."
             )
         self.model = model.eval()
+        self._device = getattr(model, "device", None)  # a model a caller put on a GPU gets its inputs there
         if reuse_prefix and not isinstance(self.model, ReusedPrefixModel):
             self.model = ReusedPrefixModel(self.model)
         self.tokenizer = tokenizer
@@ -212,6 +213,8 @@ class TransformersClient:
         ids = self.tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
+        if self._device is not None:
+            ids = ids.to(self._device)
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.sampling.max_tokens or 1024,  # a local model needs a cap
             "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,

@@ -180,6 +180,7 @@ def test_eval_refuses_a_missing_gpu_and_a_device_without_a_checkpoint(tiny, tmp_
         (["--agent-checkpoint", str(ckpt), "--agent-device", "cuda"], "--device cuda: "),
         (["--agent-checkpoint", str(ckpt), "--agent-device", "gpu"], "--device must be"),
         (["--agent-device", "cpu"], "--agent-device places --agent-checkpoint's model"),
+        (["--agent-checkpoint", str(ckpt), "--backend", "ray"], "--backend ray cannot ship it"),
     ):
         out = tmp_path / f"eval-{len(argv)}-{argv[-1]}"
         assert main(["eval", *argv, "--task", "found_card_unlock", "--out", str(out)]) == 2
@@ -197,3 +198,42 @@ def test_the_recipe_refuses_a_missing_gpu_before_it_starts(tmp_path, capsys, no_
         recipe.main(["--quick", "--out", str(tmp_path / "run"), "--device", "cuda"])
     assert e.value.code == 2 and "--device cuda: " in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def _precision() -> str:
+    return torch.backends.cuda.matmul.fp32_precision
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch < 2.9")
+def test_tf32_is_the_trainers_for_their_run_and_the_callers_setting_comes_back(monkeypatch):
+    from tau_env.reference_trainers.cpu_common import matmul_precision
+
+    before = _precision()
+    with matmul_precision(torch.device("cpu"), tf32=True):
+        assert _precision() == before  # nothing on a CPU
+    with matmul_precision(torch.device("cuda"), tf32=True):
+        assert _precision() == "tf32"
+        with matmul_precision(torch.device("cuda", 1), tf32=False):  # a LoRA merge inside a TF32 run is exact
+            assert _precision() == "ieee"
+        assert _precision() == "tf32"
+    assert _precision() == before
+    with pytest.raises(RuntimeError, match="boom"), matmul_precision(torch.device("cuda"), tf32=True):
+        raise RuntimeError("boom")
+    assert _precision() == before
+
+    # the trainers' train(): TF32 inside on a GPU, the caller's setting after, a failure included
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for module, cfg in ((sft, sft.SFTConfig(device="cuda")), (grpo, grpo.GRPOConfig(device="cuda"))):
+        seen = []
+        monkeypatch.setattr(module, "_train", lambda c, seen=seen: seen.append(_precision()) or Path("done"))
+        assert module.train(cfg) == Path("done") and seen == ["tf32"]
+        assert _precision() == before
+        monkeypatch.setattr(module, "_train", lambda c: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            module.train(cfg)
+        assert _precision() == before
+        seen.clear()
+        monkeypatch.setattr(module, "_train", lambda c, seen=seen: seen.append(_precision()) or Path("done"))
+        module.train(type(cfg)(device="cpu"))
+        assert seen == [before]
