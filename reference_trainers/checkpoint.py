@@ -17,7 +17,9 @@ renamed, so a killed run never leaves a half-written checkpoint behind as the la
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -25,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tau_env.reference_trainers.cpu_common import add_lora, load_model, lora_state, merged_state_dict, unmerge_into
+from tau_env.reference_trainers.cpu_common import (
+    add_lora,
+    load_model,
+    lora_state,
+    merged_state_dict,
+    unmerge_into,
+    why,
+)
+from tau_env.reference_trainers.rollout import FAMILIES
 
 from tau_env.error import ResultsFolderError
 
@@ -61,7 +71,55 @@ def read_info(path: str | Path) -> dict[str, Any]:
         raise ResultsFolderError(
             f"{path} is not a tau_env trainer checkpoint (no {INFO_FILE}); pass a folder under RUN/checkpoints/."
         )
-    return json.loads(p.read_text(encoding="utf-8"))
+    try:
+        info = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ResultsFolderError(f"{p} is damaged ({why(e)}); pick another checkpoint or copy this one again.") from e
+    problem = info_problem(info)
+    if problem:
+        raise ResultsFolderError(f"{p} is damaged: {problem}; pick another checkpoint or copy this one again.")
+    return info
+
+
+def _count(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def info_problem(info: Any) -> str | None:
+    """What makes a ``tau_env_trainer.json`` unusable (the fields that are read from it), or None."""
+    if not isinstance(info, dict):
+        return f"not a JSON object but {type(info).__name__}"
+    if info.get("family") not in FAMILIES:
+        return f"no tokenizer family (one of {', '.join(FAMILIES)})"
+    if "step" in info and not _count(info["step"], 0):
+        return "step is not a whole number >= 0"
+    agent = info.get("agent")
+    if agent is not None:
+        if not isinstance(agent, dict):
+            return "agent is not a JSON object"
+        for key in ("max_new_tokens", "max_steps"):
+            if agent.get(key) is not None and not _count(agent[key], 1):
+                return f"agent.{key} is not a whole number >= 1"
+        for key in ("domain", "retrieval"):
+            if agent.get(key) is not None and not isinstance(agent[key], str):
+                return f"agent.{key} is not text"
+    lora = info.get("lora")
+    if lora:
+        if not isinstance(lora, dict):
+            return "lora is not a JSON object"
+        alpha = lora.get("alpha")
+        targets = lora.get("targets")
+        if (
+            not _count(lora.get("rank"), 1)
+            or not _count(lora.get("layers", 0), 0)
+            or isinstance(alpha, bool)
+            or not isinstance(alpha, (int, float))
+            or not isinstance(targets, list)
+            or not targets
+            or not all(isinstance(t, str) for t in targets)
+        ):
+            return "lora needs rank (>= 1), alpha (a number), targets (names) and layers (>= 0)"
+    return None
 
 
 def save_checkpoint(
@@ -176,6 +234,21 @@ def base_checkpoint(
     )
 
 
+def checkpoint_digest(path: str | Path) -> str:
+    """What identifies a checkpoint as a policy, wherever it lies: a SHA-256 over the names and bytes
+    of its files (weights, tokenizer, template, records), the resume state left out. A folder trained
+    again in place gets another digest; a copy, or the same folder named another way, the same.
+    """
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(path).iterdir() if p.is_file() and p.name != STATE_FILE):
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as stream:
+            while chunk := stream.read(1 << 22):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The newest complete checkpoint of a run, or None."""
     marker = Path(run_dir) / "latest"
@@ -234,7 +307,17 @@ def load_checkpoint(path: str | Path, *, for_training: bool = False, device: str
     model, tokenizer = load_model(path, device=device)
     state: dict[str, Any] = {}
     if for_training:
-        state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")
+        try:
+            state = torch.load(path / STATE_FILE, weights_only=False, map_location="cpu")
+        except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
+            raise ResultsFolderError(
+                f"{path / STATE_FILE}: the run's resume state does not load ({why(e)}); resume from an earlier "
+                "checkpoint (move this one aside) or start the run in another --out."
+            ) from e
+        if not isinstance(state, dict) or (info.get("lora") and "lora" not in state):
+            raise ResultsFolderError(
+                f"{path / STATE_FILE} is damaged (no LoRA factors); resume from an earlier checkpoint."
+            )
         lora = info.get("lora")
         if lora:
             add_lora(model, int(lora["rank"]), float(lora["alpha"]), tuple(lora["targets"]), int(lora.get("layers", 0)))
@@ -278,6 +361,7 @@ def agent_policy(
     temperature: float = 0.0,
     max_new_tokens: int = 256,
     max_context: int | None = None,
+    name: str | None = None,
 ) -> Any:
     """The agent seat played by ``model`` in process, exactly as the trainers roll it out.
 
@@ -297,16 +381,23 @@ def agent_policy(
         temperature=temperature,
         max_new_tokens=max_new_tokens,
         max_context=max_context,
+        name=name,
     )
 
 
 def checkpoint_policy(
-    path: str | Path, *, temperature: float = 0.0, max_new_tokens: int | None = None, device: str = "auto"
+    path: str | Path,
+    *,
+    temperature: float = 0.0,
+    max_new_tokens: int | None = None,
+    device: str = "auto",
+    name: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """A checkpoint as the agent seat (see :func:`agent_policy`) and its ``tau_env_trainer.json``.
 
     ``max_new_tokens`` None: the per-turn cap the checkpoint records. ``device``: where it generates
-    (``auto``: the GPU when torch sees one, else the CPU).
+    (``auto``: the GPU when torch sees one, else the CPU). ``name``: how a run's record names it
+    (default: its folder).
     """
     ckpt = load_checkpoint(path, device=device)
     agent = ckpt.info.get("agent") or {}
@@ -317,5 +408,6 @@ def checkpoint_policy(
         chat_template=ckpt.chat_template,
         temperature=temperature,
         max_new_tokens=int(max_new_tokens or agent.get("max_new_tokens") or 256),
+        name=name,
     )
     return policy, ckpt.info

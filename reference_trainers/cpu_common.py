@@ -45,22 +45,23 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")
 
 
-def check_device(device: Any) -> None:
-    """``--device``: one of the forms :data:`DEVICE_RE` takes (whether that GPU exists is asked when a
-    run starts, by :func:`resolve_device`: a config written on one machine may run on another).
+def check_device(device: Any, flag: str = "--device") -> None:
+    """``--device`` (or ``flag``): one of the forms :data:`DEVICE_RE` takes (whether that GPU exists is
+    asked when a run starts, by :func:`resolve_device`: a config written on one machine may run on another).
     """
     if not (isinstance(device, str) and DEVICE_RE.fullmatch(device)):
         shown = repr(clip(device, 40)) if isinstance(device, str) else f"a value of type {type(device).__name__}"
-        raise InvalidOptionError(f"--device must be auto, cpu, cuda or cuda:N, not {shown}")
+        raise InvalidOptionError(f"{flag} must be auto, cpu, cuda or cuda:N, not {shown}")
 
 
-def resolve_device(device: str = "auto") -> torch.device:
+def resolve_device(device: str = "auto", flag: str = "--device") -> torch.device:
     """The torch device of ``--device``: ``auto`` is the first GPU when torch sees one, else the CPU.
+    ``flag``: the option's name in errors.
 
     Raises:
         InvalidOptionError: not a ``--device`` form, or a GPU this machine's torch does not see.
     """
-    check_device(device)
+    check_device(device, flag)
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
@@ -70,7 +71,7 @@ def resolve_device(device: str = "auto") -> torch.device:
     index = int(digits or 0)
     if index >= count:
         seen = f"it sees {count} GPU{'s' if count != 1 else ''}" if count else "it sees no GPU (CPU build or no driver)"
-        raise InvalidOptionError(f"--device {device}: this machine's torch cannot use it: {seen}; use --device cpu.")
+        raise InvalidOptionError(f"{flag} {device}: this machine's torch cannot use it: {seen}; use {flag} cpu.")
     return torch.device("cuda", index) if colon else torch.device("cuda")  # torch refuses "cuda:01" as text
 
 
@@ -118,10 +119,32 @@ def load_model(path: str | Path, *, dtype: str = "float32", device: str = "cpu")
         raise InvalidOptionError(
             f"{path} is not a model folder (its config.json names no model_type); pass a Hugging Face model folder."
         )
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    try:  # transformers' own errors name neither the folder nor the file at fault
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        raise InvalidOptionError(
+            f"{path}: its tokenizer does not load ({why(e)}); its tokenizer files (tokenizer.json, "
+            "tokenizer_config.json) or config.json are missing or damaged: copy the folder again or pick another."
+        ) from e
     target = resolve_device(device)  # before the weights load: a GPU that is not there is said at once
-    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=getattr(torch, dtype))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=getattr(torch, dtype))
+    except (MemoryError, KeyboardInterrupt, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as e:
+        raise InvalidOptionError(
+            f"{path}: its weights do not load ({why(e)}); its weight files (model.safetensors) are missing or "
+            "damaged: copy the folder again or pick another."
+        ) from e
     return model.to(target), tokenizer
+
+
+def why(e: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message, clipped."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {clip(first, 160)}" if first else type(e).__name__
 
 
 def tokenizer_family(tokenizer: Any) -> str:

@@ -215,16 +215,21 @@ class LocalTokenPolicy(TokenPolicy):
     Args:
         model: A loaded ``PreTrainedModel`` (kept in eval mode while generating).
         tokenizer: Its tokenizer.
+        name: How a run's record names the model (default: the folder it was loaded from). A
+            results folder is resumed only by a policy of the same description.
         **settings: See :class:`TokenPolicy`.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, **settings: Any):
+    def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None, **settings: Any):
         super().__init__(tokenizer, **settings)
         self.model = model
+        self.name = name
         self._lock = threading.Lock()
 
     def describe(self) -> dict[str, Any]:
-        name = getattr(getattr(self.model, "config", None), "name_or_path", "") or type(self.model).__name__
+        name = (
+            self.name or getattr(getattr(self.model, "config", None), "name_or_path", "") or type(self.model).__name__
+        )
         return {**super().describe(), "backend": "transformers", "model": name}
 
     def _stop_ids(self) -> list[int]:

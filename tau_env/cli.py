@@ -220,7 +220,7 @@ def _llm(args: argparse.Namespace, seat: str) -> Any:
     client = ChatClient(
         model,
         getattr(args, f"{seat}_base_url"),
-        api_key_env=getattr(args, f"{seat}_api_key_env"),
+        api_key_env=getattr(args, f"{seat}_api_key_env") or "OPENAI_API_KEY",
         sampling=Sampling(temperature=getattr(args, f"{seat}_temperature"), max_tokens=args.max_tokens),
         timeout=args.timeout,
         retries=args.retries,
@@ -231,45 +231,105 @@ def _llm(args: argparse.Namespace, seat: str) -> Any:
 
 
 def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
-    """The agent of ``--agent-checkpoint``: the trainer's model in process, rolled out as the trainer does
-    (its chat template, tool schemas rendered once), and the environment settings it was trained with where
-    the flags leave them open (domain, retrieval, step budget).
+    """What ``--agent-checkpoint`` names, read without loading its model: the checkpoint folder (a run
+    folder: its latest), its trainer's record and the domain it was trained on. The flags that would
+    configure another agent are refused here, before any weight is read.
     """
-    if args.agent_model:
-        raise InvalidOptionError("--agent-checkpoint and --agent-model both name the agent; give one.")
+    others = [
+        flag
+        for flag, given in (
+            ("--agent-model", args.agent_model),
+            ("--agent", args.agent is not None),
+            ("--agent-base-url", args.agent_base_url),
+            ("--agent-api-key-env", args.agent_api_key_env is not None),
+            ("--strip-reasoning", args.strip_reasoning),
+        )
+        if given
+    ]
+    if others:
+        raise InvalidOptionError(
+            f"--agent-checkpoint plays the checkpoint in process; {' and '.join(others)} configure"
+            f"{'s' if len(others) == 1 else ''} another agent: give one or the other."
+        )
     if args.backend == "ray":  # its policy holds a lock and a loaded model: not something to ship to workers
         raise InvalidOptionError(
             "--agent-checkpoint plays the model in this process; --backend ray cannot ship it to its workers: "
             "use --backend local (--concurrency N episodes share the model)."
         )
     try:  # the 'train' extra (torch, transformers), only for this flag
-        from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint
+        from tau_env.reference_trainers.checkpoint import read_info, resolve_checkpoint
     except ImportError as e:
         raise DependencyNotInstalled(
             f"--agent-checkpoint plays the model in process and needs the 'train' extra ({e.name or e}): "
             "pip install 'tau-env[train]'."
         ) from e
+    from tau_env.reference_trainers.cpu_common import resolve_device
 
+    resolve_device(args.agent_device or "auto", "--agent-device")  # a GPU this machine lacks, said first
     args.agent_checkpoint = resolve_checkpoint(args.agent_checkpoint)  # a run folder: its latest checkpoint
+    info = read_info(args.agent_checkpoint)
+    return {"info": info, "domain": (info.get("agent") or {}).get("domain")}
+
+
+def _checkpoint_policy(args: argparse.Namespace, checkpoint: dict[str, Any]) -> None:
+    """Load ``--agent-checkpoint``'s model as the agent seat (as the trainer rolled it out: its chat
+    template, tool schemas rendered once) into ``checkpoint``, with the record that identifies it in
+    the results folder. On the domain it was trained on, the retrieval configuration and step budget
+    it was trained with are the defaults; on another they are that domain's own.
+    """
+    from tau_env.reference_trainers.checkpoint import checkpoint_digest, checkpoint_policy
+
+    digest = checkpoint_digest(args.agent_checkpoint)
     policy, info = checkpoint_policy(
         args.agent_checkpoint,
         temperature=args.agent_temperature,
         max_new_tokens=args.max_tokens,
         device=args.agent_device or "auto",
+        name=f"checkpoint {digest}",  # its content names it in the record, not the path it was read from
     )
-    trained = info.get("agent") or {}
+    checkpoint["policy"] = policy
+    checkpoint["record"] = {
+        "trainer": info.get("trainer"),
+        "step": info.get("step"),
+        "digest": digest,
+        "retrieval": args.retrieval,
+        "max_tokens": policy.max_new_tokens,
+    }  # the content, not the path (a folder trained again in place is another policy, the same one named
+    # another way is not), nor the device (a folder begun on a CPU resumes on a GPU)
+
+
+class _quiet_loading:
+    """transformers' weight-loading progress bars off for the block when ``quiet`` (``--quiet``)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.was: bool | None = None
+
+    def __enter__(self) -> None:
+        if self.quiet:
+            from transformers.utils import logging as hf_logging
+
+            self.was = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.was:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.enable_progress_bar()
+
+
+def _trained_defaults(args: argparse.Namespace, checkpoint: dict[str, Any], domain: str) -> None:
+    """The checkpoint's retrieval configuration and step budget where the flags leave them open, on the
+    domain it was trained on only (another domain's configurations are not its).
+    """
+    trained = checkpoint["info"].get("agent") or {}
+    if domain != (trained.get("domain") or domain):
+        return
     if args.retrieval is None and trained.get("retrieval"):
         args.retrieval = trained["retrieval"]
     if args.max_steps is None and trained.get("max_steps"):
         args.max_steps = int(trained["max_steps"])
-    record = {
-        "path": str(args.agent_checkpoint),
-        "trainer": info.get("trainer"),
-        "step": info.get("step"),
-        "retrieval": args.retrieval,
-        "max_tokens": policy.max_new_tokens,
-    }  # not the device: the same run on a GPU or a CPU, and a folder begun on one resumes on the other
-    return {"policy": policy, "domain": trained.get("domain"), "record": record}
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -280,13 +340,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.domain and args.domain_opt and args.domain != args.domain_opt:
         raise InvalidOptionError(f"Two domains given, {args.domain!r} and --domain {args.domain_opt!r}; give one.")
     for seat in ("agent", "user"):
+        if seat == "agent" and args.agent_checkpoint is not None:
+            continue  # said by _checkpoint: the checkpoint is the agent
         if getattr(args, f"{seat}_base_url") and not getattr(args, f"{seat}_model"):
             raise InvalidOptionError(f"--{seat}-base-url needs --{seat}-model: name the model to use there.")
+    if args.agent is not None and args.agent_model:
+        raise InvalidOptionError(f"--agent {args.agent} and --agent-model both name the agent; give one.")
     if args.agent_device is not None and args.agent_checkpoint is None:
         raise InvalidOptionError("--agent-device places --agent-checkpoint's model; give --agent-checkpoint too.")
     checkpoint = _checkpoint(args) if args.agent_checkpoint is not None else None
     domain = args.domain_opt or args.domain or (checkpoint or {}).get("domain") or "harbor-bank-v0"
-    agent_name = args.agent_model or (f"checkpoint-{args.agent_checkpoint.name}" if checkpoint else args.agent)
+    if checkpoint:
+        _trained_defaults(args, checkpoint, domain)
+    agent_name = args.agent_model or (
+        f"checkpoint-{args.agent_checkpoint.name}" if checkpoint else (args.agent or "oracle")
+    )
     user_name = args.user_model or args.user
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or Path("runs") / f"{domain}-{agent_name.replace('/', '_')}-{stamp}"
@@ -302,8 +370,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for flag in ("prompt_style", "user_guidelines_dir", "document_order"):  # loader options (tau3-banking)
         if getattr(args, flag) is not None:
             make_kwargs[flag] = str(getattr(args, flag))
-    agent = checkpoint["policy"] if checkpoint else _llm(args, "agent") or _agent(args.agent)
     user = _llm(args, "user") or _user(args.user)
+    if checkpoint:  # what is cheap to check is checked before the model loads (minutes for a large one)
+        from tau_env.registry import make
+
+        env = make(domain, **make_kwargs)  # the domain, its task file, the retrieval configuration
+        try:
+            for task_id in dict.fromkeys(args.task or ()):
+                env.domain.task(task_id)
+        finally:
+            env.close()
+        with _quiet_loading(args.quiet):
+            _checkpoint_policy(args, checkpoint)
+    agent = checkpoint["policy"] if checkpoint else _llm(args, "agent") or _agent(args.agent or "oracle")
     common = dict(
         task_ids=args.task or None,
         trials=args.trials,
@@ -314,7 +393,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         **make_kwargs,
     )
     if checkpoint:
-        common["config"] = {"agent_checkpoint": checkpoint["record"]}
+        common["config"] = {
+            "agent_checkpoint": checkpoint["record"],
+            "agent_checkpoint_path": str(args.agent_checkpoint),
+        }
     if args.backend == "ray":
         from tau_env.harness.ray_backend import ray_evaluate
 
@@ -444,7 +526,7 @@ def build_parser(synth: bool = False, serve: bool = False) -> argparse.ArgumentP
     s = sub.add_parser("eval", help="evaluate policies (built-in or model servers) on a domain")
     s.add_argument("domain", nargs="?", type=_name, help="environment id (default: harbor-bank-v0)")
     s.add_argument("--domain", dest="domain_opt", type=_name, help="environment id (same as the positional argument)")
-    s.add_argument("--agent", choices=AGENTS, default="oracle", help="built-in agent policy (default: oracle)")
+    s.add_argument("--agent", choices=AGENTS, help="built-in agent policy (default: oracle)")
     s.add_argument(
         "--agent-checkpoint",
         type=_path,
@@ -468,8 +550,7 @@ def build_parser(synth: bool = False, serve: bool = False) -> argparse.ArgumentP
         s.add_argument(
             f"--{seat}-api-key-env",
             type=_name,
-            default="OPENAI_API_KEY",
-            help="environment variable holding the key (keys never go on the command line)",
+            help="environment variable holding the key (default: OPENAI_API_KEY; keys never go on the command line)",
         )
         s.add_argument(
             f"--{seat}-temperature", type=_float(lo=0.0), default=0.0, help="sampling temperature (default 0)"

@@ -312,6 +312,11 @@ class TauEnv(AECEnv[str, Observation, Message | None]):
             raise InvalidOptionError(f"task_ids must be a list of task id strings, got {_shown(task_ids)}.")
         else:
             self.task_pool = [self._task(t).id for t in task_ids]
+        if not self.task_pool and task_ids is None:
+            raise InvalidOptionError(
+                f"Domain {domain.name!r}: no tasks to play: it holds none (an empty task file, or tasks=[]); give "
+                "a task file with at least one task."
+            )
         if not self.task_pool:
             raise InvalidOptionError(
                 f"Domain {domain.name!r}: no tasks to play (task_ids={task_ids!r}); pass None for all tasks."

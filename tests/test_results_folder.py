@@ -805,3 +805,34 @@ def test_make_keywords_with_an_env_factory_are_refused(tmp_path):
         match=r"^Keywords for make \(max_steps, retrieval\) apply only to a registered id; env is a factory: give ",
     ):
         evaluate(lambda: tau_env.make(ENV), NoopAgent, ScriptedUser, max_steps=3, retrieval="grep")
+
+
+_LEAF = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4)
+_NESTED = st.recursive(_LEAF, lambda inner: st.dictionaries(st.sampled_from("abc"), inner, max_size=3), max_leaves=6)
+
+
+@given(old=st.dictionaries(st.sampled_from(["agent", "seed", "x"]), _NESTED, max_size=3), edits=st.data())
+def test_a_refused_resume_names_the_nested_setting_that_differs(old, edits):
+    """Each phrase names a dotted path whose values differ in the two configs (so two agents whose
+    descriptions differ in one field name that field), and none is said when they are the same."""
+    from tau_env.harness.results import _identity, differences
+
+    new = json.loads(json.dumps(old))
+    if isinstance(new.get("agent"), dict) and new["agent"]:
+        new["agent"][edits.draw(st.sampled_from(sorted(new["agent"])))] = edits.draw(_LEAF)
+    elif edits.draw(st.booleans()):
+        new["seed"] = edits.draw(_LEAF)
+
+    def at(cfg, path):
+        for part in path.split("."):
+            if not isinstance(cfg, dict) or part not in cfg:
+                return "(missing)"
+            cfg = cfg[part]
+        return cfg
+
+    said = differences(old, new)
+    assert bool(said) == (_identity(old) != _identity(new))
+    for phrase in said:
+        path = phrase.split(": ", 1)[0]
+        assert at(_identity(old), path) != at(_identity(new), path)
+        assert not (isinstance(at(_identity(old), path), dict) and isinstance(at(_identity(new), path), dict))

@@ -59,7 +59,16 @@ NL = b"\n"
 #: tasks, loop_limit, make keywords, extra ``config`` entries, the domain's ``prompt_config()``: prompt
 #: style, user prompt version, user-guideline hashes).
 NOT_IDENTIFYING = frozenset(
-    {"tau_env_version", "trials", "concurrency", "backend", "episode_retries", "resumed_episodes", "skipped_records"}
+    {
+        "tau_env_version",
+        "trials",
+        "concurrency",
+        "backend",
+        "episode_retries",
+        "resumed_episodes",
+        "skipped_records",
+        "agent_checkpoint_path",  # where the checkpoint was read; its content (agent_checkpoint.digest) identifies it
+    }
 )
 #: Identifying keys that configs written before they existed lack, with the value those runs had.
 LATER_KEYS = {"prompt_style": "tau_env", "user_guidelines_sha256": None}
@@ -178,13 +187,20 @@ def _identity(config: dict[str, Any]) -> dict[str, Any]:
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The identifying settings on which two configs differ, one short phrase each."""
-    a, b = _identity(old), _identity(new)
-    out = []
-    for k in sorted(a.keys() | b.keys()):
-        x, y = a.get(k, _MISSING), b.get(k, _MISSING)
-        if x != y:
-            out.append(f"{k}: {_short(x)} in the folder, {_short(y)} now")
+    out: list[str] = []
+    _differ("", _identity(old), _identity(new), out)
     return out
+
+
+def _differ(key: str, x: Any, y: Any, out: list[str]) -> None:
+    """Settings nested in objects (an agent's description) are compared field by field, so the one
+    that differs is named (``agent.temperature``) instead of two clipped objects that look alike.
+    """
+    if isinstance(x, dict) and isinstance(y, dict):
+        for k in sorted(x.keys() | y.keys()):
+            _differ(f"{key}.{k}" if key else k, x.get(k, _MISSING), y.get(k, _MISSING), out)
+    elif x != y:
+        out.append(f"{key}: {_short(x)} in the folder, {_short(y)} now")
 
 
 # ---------------------------------------------------------------- records

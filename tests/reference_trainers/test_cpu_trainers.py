@@ -616,8 +616,10 @@ def test_eval_and_the_trainers_take_a_run_folder_for_its_latest_checkpoint(tiny_
         outs[name] = tmp_path / f"eval-{name}"
         argv = ["eval", "--agent-checkpoint", str(where), "--task", "found_card_unlock", "--max-steps", "3"]
         assert main([*argv, "--quiet", "--out", str(outs[name])]) == 0
-    configs = [json.loads((outs[n] / "config.json").read_text())["agent_checkpoint"] for n in ("run", "step")]
-    assert configs[0] == configs[1] and configs[0]["path"] == str(last) and configs[0]["step"] == 2
+    configs = [json.loads((outs[n] / "config.json").read_text()) for n in ("run", "step")]
+    assert configs[0]["agent_checkpoint"] == configs[1]["agent_checkpoint"]
+    assert configs[0]["agent_checkpoint"]["step"] == 2
+    assert configs[0]["agent_checkpoint_path"] == configs[1]["agent_checkpoint_path"] == str(last)
     trajectories = [(outs[n] / "trajectories.jsonl").read_text() for n in ("run", "step")]
     events = [[json.loads(x)["events"] for x in t.splitlines()] for t in trajectories]
     assert events[0] == events[1]  # the same model and seed: the same episode

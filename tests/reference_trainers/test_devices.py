@@ -177,8 +177,8 @@ def test_eval_refuses_a_missing_gpu_and_a_device_without_a_checkpoint(tiny, tmp_
         )
     )  # fmt: skip
     for argv, said in (
-        (["--agent-checkpoint", str(ckpt), "--agent-device", "cuda"], "--device cuda: "),
-        (["--agent-checkpoint", str(ckpt), "--agent-device", "gpu"], "--device must be"),
+        (["--agent-checkpoint", str(ckpt), "--agent-device", "cuda"], "--agent-device cuda: "),
+        (["--agent-checkpoint", str(ckpt), "--agent-device", "gpu"], "--agent-device must be"),
         (["--agent-device", "cpu"], "--agent-device places --agent-checkpoint's model"),
         (["--agent-checkpoint", str(ckpt), "--backend", "ray"], "--backend ray cannot ship it"),
     ):

@@ -1,0 +1,139 @@
+"""``tau-env eval --agent-checkpoint`` as a user drives it: a results folder is tied to the
+checkpoint's content (a copy, or the same folder named another way, resumes it; the folder trained
+again in place does not), flags that would configure another agent are refused, what is cheap to
+check is checked before the model loads, and the checkpoint's trained settings are defaults on the
+domain it was trained on only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tau_env.reference_trainers import checkpoint as checkpoint_module  # noqa: E402
+
+from tau_env.cli import main  # noqa: E402
+
+ARGS = ["--task", "found_card_unlock", "--max-steps", "3", "--quiet"]
+
+
+def _eval(capsys, *argv: str) -> tuple[int, str]:
+    code = main(["eval", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_a_results_folder_follows_the_checkpoints_content_not_its_path(sft_run, tmp_path, capsys, monkeypatch):
+    run, _ = sft_run
+    out = tmp_path / "eval"
+    assert _eval(capsys, "--agent-checkpoint", str(run), *ARGS, "--out", str(out))[0] == 0
+    first = (out / "trajectories.jsonl").read_text()
+    # the same checkpoint named another way (relative, a copy elsewhere): the folder resumes, nothing replayed
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    monkeypatch.chdir(tmp_path)
+    for where in ("copy", str(copy / "checkpoints" / "step-000001"), os.path.relpath(run, tmp_path)):
+        code, err = _eval(capsys, "--agent-checkpoint", where, *ARGS, "--trials", "1", "--out", str(out))
+        assert code == 0, err
+        assert json.loads((out / "config.json").read_text())["resumed_episodes"] == 1
+        assert (out / "trajectories.jsonl").read_text() == first
+    # the copy trained again in place (other weights at the same path): refused, the digest named
+    weights = copy / "checkpoints" / "step-000001" / "model.safetensors"
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    tensors[name] = tensors[name] + 1.0
+    save_file(tensors, weights, metadata={"format": "pt"})
+    code, err = _eval(capsys, "--agent-checkpoint", "copy", *ARGS, "--out", str(out))
+    assert code == 2 and "agent_checkpoint.digest: " in err and "Traceback" not in err
+    assert (out / "trajectories.jsonl").read_text() == first
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--agent", "teacher"], "--agent configures another agent"),
+        (["--agent-model", "m"], "--agent-model configures another agent"),
+        (["--agent-base-url", "http://127.0.0.1:1/v1"], "--agent-base-url configures"),
+        (["--agent-api-key-env", "K"], "--agent-api-key-env configures"),
+        (["--strip-reasoning"], "--strip-reasoning configures"),
+        (["--agent", "oracle", "--strip-reasoning"], "--agent and --strip-reasoning configure another agent"),
+        (["--backend", "ray"], "--backend ray cannot ship it"),
+        (["--agent-device", "cuda:7"], "--agent-device cuda:7: "),
+        (["--agent-device", "gpu"], "--agent-device must be"),
+    ],
+)
+def test_flags_for_another_agent_are_refused_before_anything_loads(
+    sft_run, tmp_path, capsys, monkeypatch, flags, named
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(checkpoint_module, "checkpoint_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "eval"
+    code, err = _eval(capsys, "--agent-checkpoint", str(sft_run[0]), *flags, *ARGS, "--out", str(out))
+    assert code == 2 and named in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_the_built_in_agent_and_a_model_are_still_one_or_the_other(tmp_path, capsys):
+    code, err = _eval(capsys, "--agent", "oracle", "--agent-model", "m", "--out", str(tmp_path / "o"))
+    assert code == 2 and "--agent oracle and --agent-model both name the agent" in err
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--task", "no_such_task"], "no_such_task"),
+        (["--retrieval", "no_such_configuration"], "no_such_configuration"),
+        (["--out", "FILE"], "is a file"),
+        (["--tasks", "EMPTY"], "no tasks to play: it holds none"),
+        (["--domain", "no-such-env-v0"], "no-such-env-v0"),
+    ],
+)
+def test_cheap_mistakes_are_said_before_the_model_loads(sft_run, tmp_path, capsys, monkeypatch, flags, named):
+    monkeypatch.setattr(checkpoint_module, "checkpoint_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    (tmp_path / "FILE").write_text("x")
+    (tmp_path / "EMPTY.jsonl").write_text("")
+    flags = [
+        str(tmp_path / "FILE") if f == "FILE" else str(tmp_path / "EMPTY.jsonl") if f == "EMPTY" else f for f in flags
+    ]
+    out = ["--out", str(tmp_path / "eval")] if "--out" not in flags else []
+    code, err = _eval(capsys, "--agent-checkpoint", str(sft_run[0]), *flags, *out, "--quiet")
+    assert code == 2 and named in err and "Traceback" not in err, err
+    assert not (tmp_path / "eval").exists()
+
+
+def test_the_trained_settings_are_defaults_on_the_trained_domain_only(sft_run, tmp_path, capsys):
+    run, _ = sft_run
+    out = tmp_path / "same"
+    assert _eval(capsys, "--agent-checkpoint", str(run), *ARGS, "--out", str(out))[0] == 0
+    assert json.loads((out / "config.json").read_text())["retrieval"] == "none"  # the checkpoint's (trained with it)
+    # another domain: its own default configuration, not the checkpoint's (which it may not have)
+    from tau_env.cli import _trained_defaults
+
+    class Args:
+        retrieval = None
+        max_steps = None
+
+    info = {"agent": {"domain": "harbor-bank-v0", "retrieval": "none", "max_steps": 9}}
+    args = Args()
+    _trained_defaults(args, {"info": info}, "tau3-banking")
+    assert args.retrieval is None and args.max_steps is None
+    _trained_defaults(args, {"info": info}, "harbor-bank-v0")
+    assert args.retrieval == "none" and args.max_steps == 9
+    args.retrieval, args.max_steps = "grep", 4  # flags given win
+    _trained_defaults(args, {"info": info}, "harbor-bank-v0")
+    assert (args.retrieval, args.max_steps) == ("grep", 4)
+
+
+def test_quiet_loads_without_progress_bars(sft_run, tmp_path, capsys):
+    code, err = _eval(capsys, "--agent-checkpoint", str(sft_run[0]), *ARGS, "--out", str(tmp_path / "q"))
+    assert code == 0 and "Loading weights" not in err
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()  # put back after
