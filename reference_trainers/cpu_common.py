@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 import time
@@ -32,7 +33,7 @@ from torch import Tensor, nn
 
 from tau_env.error import InvalidOptionError, ResultsFolderError
 from tau_env.messages import clip
-from tau_env.sft import initial_tools, sft_example_problem
+from tau_env.sft import initial_tools, sft_example_problem, training_problem
 
 #: The Linear layers LoRA wraps (Llama/Qwen/SmolLM2 names): attention and MLP projections.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -40,6 +41,8 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 # --------------------------------------------------------------------------------------- loading
 
+
+log = logging.getLogger(__name__)
 
 #: What ``--device`` takes: ``auto`` (the GPU when torch sees one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
 DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")
@@ -337,8 +340,16 @@ def save_peft_adapter(model: nn.Module, path: str | Path, *, base_model: str = "
 
 
 def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """SFT examples (``tau-env export-sft`` JSONL, or a synthesis run's ``sft/sft.jsonl``)."""
+    """SFT examples (``tau-env export-sft`` JSONL, or a synthesis run's ``sft/sft.jsonl``).
+
+    A line that is no SFT example (not JSON, a message a chat template cannot render: an unknown
+    role, content that is not text, a malformed tool call) stops the run with its file and line; a
+    file with no example is refused. A well-formed example that would teach nothing or a broken call
+    (:func:`~tau_env.sft.training_problem`: no trained assistant turn, a trained call whose
+    arguments are no JSON object) is left out, with a warning that counts them and names the first.
+    """
     out = []
+    left_out: list[str] = []
     for path in paths:
         p = Path(path)
         if p.is_dir():
@@ -351,6 +362,7 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             raise ResultsFolderError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); pass SFT JSONL.") from None
+        found = 0
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -363,7 +375,18 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 raise ResultsFolderError(
                     f"{p}:{n} is not an SFT example ({problem}; expected messages, tools and train)."
                 )
+            found += 1
+            unusable = training_problem(ex)
+            if unusable:
+                left_out.append(f"{p}:{n} ({unusable})")
+                continue
             out.append(ex)
+        if not found:
+            raise ResultsFolderError(f"{p} holds no SFT example (it is empty or blank); pass SFT JSONL.")
+    if left_out:
+        log.warning("left out %d SFT example(s) that train nothing or a broken call: %s", len(left_out), left_out[0])
+    if not out:
+        raise ResultsFolderError(f"No SFT example can be trained: {len(left_out)} left out, the first {left_out[0]}.")
     return out
 
 
@@ -788,8 +811,6 @@ def trainer_main(cls: Any, train: Any, argv: Sequence[str] | None, doc: str | No
     """A trainer's ``main``: its config (``cls``) from the flags, ``train(cfg)``, the last checkpoint's
     path logged; errors as :func:`run_main` gives them.
     """
-    import logging
-
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cfg = parse_config(cls, argv, (doc or "").split("\n\n")[0], prog=prog)
 

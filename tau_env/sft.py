@@ -14,6 +14,7 @@ from typing import Any
 
 from tau_env.env import TerminationReason
 from tau_env.error import DependencyNotInstalled, ResultsFolderError
+from tau_env.messages import clip
 from tau_env.show import escape
 
 #: Episodes that ended so are not exported, whatever their reward (a record's plain string matches its member).
@@ -127,12 +128,68 @@ def sft_example_problem(ex: Any) -> str:
     )
     if bad is not None:
         return f"message {bad} is no object with a string role"
+    for i, m in enumerate(messages):
+        problem = _message_problem(m)
+        if problem:
+            return f"message {i} {problem}"
     if not isinstance(train, list) or len(train) != len(messages):
         return f"train is not a list of {len(messages)} flags, one per message"
     if not all(isinstance(t, (bool, int)) for t in train):
         return "train holds something other than true/false flags"
     if "tools" in ex and not (isinstance(ex["tools"], list) and all(isinstance(t, dict) for t in ex["tools"])):
         return "tools is not a list of tool schemas"
+    return ""
+
+
+#: The roles of an exported conversation (a chat template renders no other).
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _message_problem(m: dict[str, Any]) -> str:
+    """What makes one chat message unrenderable as a trained conversation (``""``: nothing)."""
+    role = m["role"]
+    if role not in ROLES:
+        return f"has role {clip(role, 20)!r}, not one of {', '.join(ROLES)}"
+    content = m.get("content")
+    if role != "assistant" and not isinstance(content, str):
+        what = "missing" if content is None else f"a JSON {type(content).__name__}"
+        return f"({role}) has content that is {what}, not text"
+    if content is not None and not isinstance(content, str):
+        return f"has content that is a JSON {type(content).__name__}, not text or null"
+    calls = m.get("tool_calls")
+    if calls is None:
+        return ""
+    if role != "assistant":
+        return f"is a {role} message with tool_calls (only the assistant calls tools)"
+    if not isinstance(calls, list):
+        return "has tool_calls that are not a list"
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not (
+            isinstance(fn, dict) and isinstance(fn.get("name"), str) and isinstance(fn.get("arguments"), (str, dict))
+        ):
+            return "has a tool call without a function name and arguments"
+    return ""
+
+
+def training_problem(ex: dict[str, Any]) -> str:
+    """What makes a well-formed SFT example (:func:`sft_example_problem` ``""``) teach nothing or
+    teach a malformed call (``""``: nothing): no trained assistant turn, or a trained tool call whose
+    arguments are not a JSON object (an agent's broken call kept in an exported episode).
+    """
+    trained = [m for m, t in zip(ex["messages"], ex["train"], strict=True) if t and m["role"] == "assistant"]
+    if not trained:
+        return "no trained assistant turn"
+    for m in trained:
+        for call in m.get("tool_calls") or []:
+            args = call["function"]["arguments"]
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except (ValueError, RecursionError):
+                    args = None
+            if not isinstance(args, dict):
+                return f"a trained call of {clip(call['function']['name'], 40)!r} whose arguments are no JSON object"
     return ""
 
 

@@ -274,3 +274,70 @@ def test_a_latest_marker_that_is_not_ours_is_ignored(tmp_path):
         (run / "latest").write_bytes(marker)
         assert latest_checkpoint(run) is None
         assert find_checkpoint(run) == run / "checkpoints" / "step-000001"
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tmp_path_factory, example):
+    from tau_env.reference_trainers.cpu_common import build_tiny_model, chat_template_for
+    from transformers import AutoTokenizer
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tok"), [json.dumps(example)] * 3, vocab_size=400)
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return tok, chat_template_for(tok, "smollm2")
+
+
+MESSAGE_FIELDS = ["role", "content", "tool_calls", "tool_call_id", "name"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), field=st.sampled_from(MESSAGE_FIELDS), value=JSON, call_field=st.booleans())
+def test_any_edit_to_a_message_is_refused_by_line_or_trains(
+    tmp_path_factory, example, tiny_tokenizer, data, field, value, call_field
+):
+    """One field of one message (or of one of its tool calls) set to any JSON value: the file is
+    refused with its file and line, or the example is left out with a warning, or it tokenizes as
+    the rollout would render it. Never a template's or tokenizer's exception."""
+    from tau_env.reference_trainers.cpu_common import tokenize_sft_example
+
+    bad = json.loads(json.dumps(example))
+    i = data.draw(st.integers(0, len(bad["messages"]) - 1))
+    m = bad["messages"][i]
+    if call_field and m.get("tool_calls"):
+        call = m["tool_calls"][0]
+        key = data.draw(st.sampled_from(["function", "name", "arguments", "id", "type"]))
+        (call["function"] if key in ("name", "arguments") else call)[key] = value
+    else:
+        m[field] = value
+    path = tmp_path_factory.mktemp("sft") / "data.jsonl"
+    path.write_text(json.dumps(example) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    try:
+        got = read_sft_jsonl([path])
+    except ResultsFolderError as e:
+        assert f"{path}:2 " in str(e)
+        return
+    tok, template = tiny_tokenizer
+    for ex in got:
+        sample = tokenize_sft_example(tok, ex, template)
+        assert len(sample.input_ids) == len(sample.loss_mask) and any(sample.loss_mask)
+
+
+def test_an_empty_file_and_examples_that_teach_nothing_are_said(tmp_path, example, caplog):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(ResultsFolderError, match=f"{empty} holds no SFT example"):
+        read_sft_jsonl([empty])
+    untrained = {**example, "train": [False] * len(example["messages"])}
+    broken = json.loads(json.dumps(example))
+    k = next(j for j, m in enumerate(broken["messages"]) if m.get("tool_calls") and broken["train"][j])
+    broken["messages"][k]["tool_calls"][0]["function"]["arguments"] = "{not json"
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(x) + "\n" for x in (untrained, example, broken)), encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        assert read_sft_jsonl([mixed]) == [example]
+    assert "left out 2 SFT example(s)" in caplog.text and f"{mixed}:1 (no trained assistant turn)" in caplog.text
+    only = tmp_path / "only.jsonl"
+    only.write_text(json.dumps(broken) + "\n", encoding="utf-8")
+    with pytest.raises(
+        ResultsFolderError, match=rf"No SFT example can be trained: 1 left out, the first {only}:1 \(a trained call"
+    ):
+        read_sft_jsonl([only])
