@@ -37,7 +37,7 @@ from tau_env.reference_trainers.cpu_common import (
 )
 from tau_env.reference_trainers.rollout import FAMILIES
 
-from tau_env.error import ResultsFolderError
+from tau_env.error import InvalidOptionError, ResultsFolderError
 
 #: The trainer's record in a checkpoint folder.
 INFO_FILE = "tau_env_trainer.json"
@@ -247,6 +247,89 @@ def checkpoint_digest(path: str | Path) -> str:
                 h.update(chunk)
         h.update(b"\0")
     return h.hexdigest()[:32]
+
+
+#: What a trainer's run writes in its folder: what ``--no-resume`` clears before a fresh run.
+RUN_FILES = ("latest", "checkpoints", "metrics.jsonl", "metrics.svg", "rollouts.jsonl", "adapters")
+
+
+class RunDir:
+    """A trainer's ``--out`` while its run lives (:func:`open_run_dir`): locked; ``close()`` releases
+    the lock, and removes the folder when the run made it and wrote nothing there (a run refused early
+    leaves nothing behind).
+    """
+
+    def __init__(self, path: Path, lock: Any, latest: Path | None, made: list[Path]):
+        self.path, self.lock, self.latest, self._made = path, lock, latest, made
+
+    def clear(self) -> None:
+        """Delete the run in the folder (``--no-resume``, once the new run's inputs have loaded): its
+        ``latest`` marker first, so a new run killed before its first checkpoint leaves no pointer to
+        the old one.
+        """
+        for name in RUN_FILES:
+            p = self.path / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+        self.latest = None
+
+    def close(self) -> None:
+        self.lock.release()
+        for p in self._made:  # deepest first
+            try:
+                p.rmdir()  # only when empty
+            except OSError:
+                break
+
+
+def open_run_dir(out: str | Path, trainer: str) -> RunDir:
+    """``--out`` made ready for a ``trainer`` (``sft``, ``grpo``) run, with its run's latest complete
+    checkpoint (``latest``, None when there is none); ``close()`` it when the run ends.
+
+    The folder is created (a file at its place, or above it, is refused), then locked: a second run
+    in the same folder, of either trainer, is refused while this one lives. A folder holding another
+    trainer's run is refused (its checkpoints, logs and plot are not this trainer's: start from it
+    with ``--model``). To start over (``--no-resume``), :meth:`RunDir.clear` it once the new run's
+    inputs have loaded: nothing is deleted for a command that fails anyway.
+    """
+    from tau_env.harness.results import LOCK_NAME, FolderLock
+
+    out = Path(out)
+    made = []
+    for p in (out, *out.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise InvalidOptionError(f"--out {out}: {p} is a file, not a folder; pass another --out.")
+            break
+        made.append(p)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidOptionError(f"--out {out} cannot be made ({why(e)}); pass another --out.") from e
+    lock = FolderLock(
+        out / LOCK_NAME,
+        lambda pid: ResultsFolderError(
+            f"{out} is in use by another run{pid}: one run folder trains one run at a time. Wait for it to "
+            "finish, or pass another --out."
+        ),
+    )
+    run = RunDir(out, lock, None, made)
+    try:
+        found = find_checkpoint(out) if (out / "checkpoints").is_dir() else None
+        if found is not None:
+            made_by = read_info(found).get("trainer")
+            if made_by != trainer:
+                raise ResultsFolderError(
+                    f"{out} holds a {made_by} run ({found.name}); {trainer} continues only its own runs: pass "
+                    f"another --out (and --model {out} to start from it)."
+                )
+    except BaseException:
+        run.close()
+        raise
+    run.latest = found
+    return run
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

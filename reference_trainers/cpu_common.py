@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -31,7 +32,7 @@ from tau_env.reference_trainers.chat_templates import TEMPLATES
 from tau_env.reference_trainers.rollout import FAMILIES, TrajectoryBuilder
 from torch import Tensor, nn
 
-from tau_env.error import InvalidOptionError, ResultsFolderError
+from tau_env.error import Error, InvalidOptionError, ResultsFolderError
 from tau_env.messages import clip
 from tau_env.sft import initial_tools, sft_example_problem, training_problem
 
@@ -613,6 +614,27 @@ RESUME_FREE_COMMON = frozenset(
 )
 
 
+class DivergedError(Error, RuntimeError):
+    """A training step whose loss or gradient is not finite: the update is not made, nothing is saved."""
+
+
+def check_finite(trainer: str, step: int, loss: float | None, grad_norm: float, last: Path | None, hint: str) -> None:
+    """Stop a run, before its update, at a step whose loss or gradient norm is NaN or infinite: the
+    weights are not changed, no checkpoint with non-finite weights is written (the run's latest stays
+    the last good one) and the metrics log stays valid JSON.
+
+    Raises:
+        DivergedError: naming the step, the values, the checkpoint the run can resume from and ``hint``.
+    """
+    if (loss is None or math.isfinite(loss)) and math.isfinite(grad_norm):
+        return
+    where = f"its latest checkpoint is {last}" if last else "it has no checkpoint yet"
+    raise DivergedError(
+        f"{trainer} step {step}: the loss ({loss}) or gradient norm ({grad_norm}) is not finite; the update was "
+        f"not made and nothing was saved ({where}). {hint}"
+    )
+
+
 def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any], free: Iterable[str]) -> None:
     """Refuse to resume the run in ``run_dir`` (its checkpoint's config ``saved``) with the config
     ``now`` when they differ in a setting outside ``free`` (the settings that change only where, how
@@ -626,7 +648,7 @@ def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any]
     if not isinstance(saved, dict):
         raise ResultsFolderError(f"{run_dir}: its latest checkpoint's config is not a JSON object; pass another --out.")
     skip = set(free)
-    diff = [k for k in saved if k in now and k not in skip and saved[k] != now[k]]
+    diff = [k for k in saved if k in now and k not in skip and not _same_setting(k, saved[k], now[k])]
     if diff:
 
         def shown(v: Any) -> str:
@@ -638,6 +660,19 @@ def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any]
             f"{run_dir} holds a run with other settings ({parts}); resuming it would train with neither. "
             "Pass another --out for these settings, or the same settings to continue that run."
         )
+
+
+#: Settings that name a folder: the same folder spelled another way (``m``, ``m/``, ``./m``, its
+#: absolute path) is the same setting.
+PATH_SETTINGS = frozenset({"model"})
+
+
+def _same_setting(key: str, a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    if key in PATH_SETTINGS and isinstance(a, str) and isinstance(b, str) and a and b:
+        return os.path.realpath(a) == os.path.realpath(b)
+    return False
 
 
 def config_from(cls: Any, data: dict[str, Any]) -> Any:
@@ -652,9 +687,8 @@ class MetricsLog:
     def __init__(self, path: str | Path, resume_step: int = 0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        rows = self.read(self.path) if self.path.is_file() else []
-        kept = [r for r in rows if r.get("step", 0) <= resume_step]
-        if len(kept) != len(rows):  # steps after the checkpoint we resume from will be redone
+        if self.path.is_file():  # steps after the checkpoint we resume from will be redone; a torn line goes
+            kept = [r for r in self.read(self.path) if r["step"] <= resume_step]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self.started = time.perf_counter()
 
@@ -666,7 +700,35 @@ class MetricsLog:
 
     @staticmethod
     def read(path: str | Path) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+        """The rows of a run's JSONL log (``metrics.jsonl``, ``rollouts.jsonl``), each an object with a
+        step. A last line without its newline is a write a kill cut short: left out. Any other line
+        that is not such a row is refused by file and line (the log is not this trainer's, or damaged).
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ResultsFolderError(
+                f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); pass another --out."
+            ) from None
+        lines = text.splitlines()
+        rows = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                row = None
+            if row is None and n == len(lines) and not text.endswith("\n"):
+                break  # torn by a kill mid-write
+            if not (isinstance(row, dict) and type(row.get("step")) is int):
+                raise ResultsFolderError(
+                    f"{path}:{n} is not a row of this run's log (a JSON object with a step); the folder is damaged "
+                    "or not a trainer's: pass another --out."
+                )
+            rows.append(row)
+        return rows
 
 
 def svg_plot(rows: Sequence[dict[str, Any]], keys: Sequence[str], path: str | Path, title: str = "") -> Path:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tau_env.agents import TeacherAgent
-from tau_env.error import InvalidOptionError
+from tau_env.error import InvalidOptionError, ResultsFolderError
 from tau_env.policy import Observation
 from tau_env.tasks import Task
 
@@ -248,20 +248,56 @@ def collect(
     """Play ``checkpoint`` with the teacher labelling it (:class:`DaggerAgent`) on ``task_ids`` of
     ``env`` (or of the task file ``tasks``) with the scripted user, and write the examples to
     ``OUT/examples.jsonl`` (episodes in ``OUT/episodes``). Returns the counts, also written to
-    ``OUT/summary.json``. A folder that holds a summary is read back, not played again. ``device``:
-    where the checkpoint generates (``auto``: a GPU when torch sees one, else the CPU).
+    ``OUT/summary.json``, with the settings that made them. A folder that holds a summary of the same
+    settings (the checkpoint's content, the tasks, trials, seed, probabilities, caps) is read back,
+    not played again; of other settings, it is refused. ``device``: where the checkpoint generates
+    (``auto``: a GPU when torch sees one, else the CPU); not a setting.
     """
-    from tau_env.reference_trainers.checkpoint import checkpoint_policy, resolve_checkpoint
+    from tau_env.reference_trainers.checkpoint import checkpoint_digest, checkpoint_policy, resolve_checkpoint
+    from tau_env.reference_trainers.cpu_common import content_digest
 
     from tau_env import ScriptedUser
     from tau_env.harness import aevaluate
 
-    checkpoint = resolve_checkpoint(checkpoint)  # a run folder: its latest checkpoint, recorded as such
-
     out = Path(out)
+    for p in (out, *out.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise InvalidOptionError(f"--out {out}: {p} is a file, not a folder; pass another --out.")
+            break
+    checkpoint = resolve_checkpoint(checkpoint)  # a run folder: its latest checkpoint, recorded as such
+    tasks_file = Path(tasks) if tasks is not None else None
+    if tasks_file is not None and not tasks_file.is_file():
+        raise InvalidOptionError(f"--tasks {tasks_file} is no file; pass a task file (a synthesis run's tasks.jsonl).")
+    settings = {
+        "checkpoint": checkpoint_digest(checkpoint),
+        "env": env,
+        "tasks": content_digest(tasks_file.read_bytes()) if tasks_file is not None else None,
+        "task_ids": sorted(set(task_ids)) if task_ids else None,
+        "trials": trials,
+        "seed": seed,
+        "p_learner": p_learner,
+        "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
+        "max_steps": max_steps,
+        "retrieval": retrieval,
+        "lookup": lookup,
+    }
     summary_path = out / "summary.json"
     if summary_path.is_file():
-        return json.loads(summary_path.read_text(encoding="utf-8"))
+        try:
+            done = json.loads(summary_path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError):
+            done = None
+        before = done.get("settings") if isinstance(done, dict) else None
+        if before == settings:
+            return done
+        differ = (
+            [k for k in settings if before.get(k) != settings[k]] if isinstance(before, dict) else ["(not recorded)"]
+        )
+        raise ResultsFolderError(
+            f"{out} holds a DAgger round of other settings ({', '.join(differ)}); pass another --out for these."
+        )
     out.mkdir(parents=True, exist_ok=True)
     learner, info = checkpoint_policy(checkpoint, temperature=temperature, max_new_tokens=max_new_tokens, device=device)
     agent = DaggerAgent(learner, p_learner=p_learner, seed=seed, lookup=lookup)
@@ -311,6 +347,7 @@ def collect(
         "trained_turns": sum(sum(ex["train"]) for ex in examples),
         "examples_file": str(out / "examples.jsonl"),
         "pass@1_mixed": run.metrics.get("pass@1"),
+        "settings": settings,
     }
     summary_path.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary

@@ -34,14 +34,15 @@ import os
 import random
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tau_env.reference_trainers.checkpoint import (
-    latest_checkpoint,
     load_checkpoint,
+    open_run_dir,
     restore_rng,
     save_checkpoint,
     starting_model,
@@ -53,6 +54,7 @@ from tau_env.reference_trainers.cpu_common import (
     add_lora,
     check_device,
     check_family,
+    check_finite,
     check_number,
     check_resume,
     config_dict,
@@ -123,7 +125,11 @@ class GRPOConfig:
     seed: int = opt(0, "seed of task sampling, rollouts and LoRA initialisation")
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     device: str = opt("auto", "where the model trains and rolls out: auto (a GPU when torch sees one), cpu, cuda[:N]")
-    resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
+    resume: bool = opt(
+        True,
+        "continue from OUT's latest checkpoint when there is one; --no-resume starts over, deleting the run "
+        "there once this one's inputs have loaded",
+    )
     progress: bool = opt(True, "show a progress bar")
 
     def __post_init__(self) -> None:
@@ -319,16 +325,18 @@ def train(cfg: GRPOConfig) -> Path:
     (:func:`matmul_precision`), the caller's setting back after.
     """
     device = resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read
-    with matmul_precision(device, tf32=True):
-        return _train(cfg)
+    with ExitStack() as stack, matmul_precision(device, tf32=True):
+        return _train(cfg, stack)
 
 
-def _train(cfg: GRPOConfig) -> Path:
+def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
     set_threads(cfg.threads or None)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    resume_from = latest_checkpoint(out) if cfg.resume else None
+    pool = task_pool(cfg)  # a bad task file is said before the folder or a model is touched
+    run = open_run_dir(out, "grpo")  # a file there, a run of another trainer or a live one: said here
+    stack.callback(run.close)
+    resume_from = run.latest if cfg.resume else None
     ckpt = None
     if resume_from is not None:
         ckpt = load_checkpoint(resume_from, for_training=True, device=cfg.device)
@@ -358,7 +366,8 @@ def _train(cfg: GRPOConfig) -> Path:
         if ckpt.state.get("optimizer"):
             optimizer.load_state_dict(ckpt.state["optimizer"])
         restore_rng(ckpt.state)
-    pool = task_pool(cfg)
+    if not cfg.resume:
+        run.clear()  # starting over: the run there goes, now that this one's model has loaded
     metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
     saved = out / "rollouts.jsonl"  # a resumed run redoes the steps after its checkpoint
     kept = [r for r in MetricsLog.read(saved) if r["step"] <= start] if start and saved.is_file() else []
@@ -417,6 +426,13 @@ def _train(cfg: GRPOConfig) -> Path:
         t0 = time.perf_counter()
         trajs = asyncio.run(rollouts(policy, cfg, chosen, seed=cfg.seed * 1_000_003 + step))
         t1 = time.perf_counter()
+        if trajs and all(t.info.get("context_overflow") and not t.num_agent_tokens for t in trajs):
+            log.warning(
+                "step %d: every episode reached --max-context %d before the agent's first turn (the prompt alone "
+                "is longer): nothing to train on; raise --max-context",
+                step + 1,
+                cfg.max_context,
+            )
         with (out / "rollouts.jsonl").open("a", encoding="utf-8") as f:
             for t in trajs:
                 f.write(json.dumps({"step": step + 1, **t.to_dict()}) + "\n")
@@ -437,6 +453,7 @@ def _train(cfg: GRPOConfig) -> Path:
             tokens += n
             trained += 1
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        check_finite("GRPO", step + 1, _mean(stats, "loss"), float(norm), last, f"Lower --lr (now {cfg.lr:g}).")
         if trained:
             optimizer.step()
             if sync is not None:  # the server rolls out with the new weights from now on

@@ -22,14 +22,15 @@ import logging
 import math
 import random
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tau_env.reference_trainers.checkpoint import (
-    latest_checkpoint,
     load_checkpoint,
+    open_run_dir,
     restore_rng,
     save_checkpoint,
     starting_model,
@@ -42,6 +43,7 @@ from tau_env.reference_trainers.cpu_common import (
     add_lora,
     check_device,
     check_family,
+    check_finite,
     check_number,
     check_resume,
     compact_targets,
@@ -100,7 +102,11 @@ class SFTConfig:
     seed: int = opt(0, "seed of the data order and LoRA initialisation")
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     device: str = opt("auto", "where the model trains: auto (a GPU when torch sees one), cpu, cuda[:N]")
-    resume: bool = opt(True, "continue from OUT's latest checkpoint when there is one")
+    resume: bool = opt(
+        True,
+        "continue from OUT's latest checkpoint when there is one; --no-resume starts over, deleting the run "
+        "there once this one's inputs have loaded",
+    )
     progress: bool = opt(True, "show a progress bar")
 
     def __post_init__(self) -> None:
@@ -181,11 +187,11 @@ def train(cfg: SFTConfig) -> Path:
     (:func:`matmul_precision`), the caller's setting back after.
     """
     device = resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read
-    with matmul_precision(device, tf32=True):
-        return _train(cfg)
+    with ExitStack() as stack, matmul_precision(device, tf32=True):
+        return _train(cfg, stack)
 
 
-def _train(cfg: SFTConfig) -> Path:
+def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     set_threads(cfg.threads or None)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -198,7 +204,9 @@ def _train(cfg: SFTConfig) -> Path:
         raise InvalidOptionError(
             f"--steps/--epochs ask for more than {MAX_EXAMPLES:.0e} examples (steps x batch size); ask for fewer."
         )
-    resume_from = latest_checkpoint(out) if cfg.resume else None
+    run = open_run_dir(out, "sft")  # a file there, a run of another trainer or a live one: said here
+    stack.callback(run.close)
+    resume_from = run.latest if cfg.resume else None
     if resume_from is not None:
         ckpt = load_checkpoint(resume_from, for_training=True, device=cfg.device)
         model, tokenizer, start = ckpt.model, ckpt.tokenizer, ckpt.step
@@ -233,6 +241,8 @@ def _train(cfg: SFTConfig) -> Path:
         if ckpt.state.get("optimizer"):
             optimizer.load_state_dict(ckpt.state["optimizer"])
         restore_rng(ckpt.state)
+    if not cfg.resume:
+        run.clear()  # starting over: the run there goes, now that this one's data and model have loaded
     metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
     lora = (
         {
@@ -292,6 +302,7 @@ def _train(cfg: SFTConfig) -> Path:
             loss += part_loss
             tokens += part_tokens
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        check_finite("SFT", step + 1, loss, float(norm), last, f"Lower --lr (now {cfg.lr:g}) or raise --warmup-steps.")
         optimizer.step()
         seconds = time.perf_counter() - started
         row = metrics.log(

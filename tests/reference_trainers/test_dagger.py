@@ -328,7 +328,14 @@ def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
     for ex in examples:
         sample = tokenize_sft_example(tok, ex, template)
         assert sum(sample.loss_mask) > 0
-    # a second call reads the folder back instead of playing again
-    assert main(argv) == 0 and json.loads((out / "summary.json").read_text()) == summary
+    # the same call again reads the folder back instead of playing again; other settings are refused
+    assert main([*argv, "--max-steps", "6"]) == 0 and json.loads((out / "summary.json").read_text()) == summary
+    assert main([*argv, "--max-steps", "6", "--device", "cpu"]) == 0  # where it generates is no setting
+    for other in (["--max-steps", "7"], ["--max-steps", "6", "--seed", "1"], ["--max-steps", "6", "--trials", "2"]):
+        assert main([*argv, *other]) == 2
+    assert json.loads((out / "summary.json").read_text()) == summary
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    assert main([*argv[:2], "--out", str(file / "sub"), "--task", TASK]) == 2
     with pytest.raises(SystemExit):
         main([*argv[:4], "--p-learner", "2"])

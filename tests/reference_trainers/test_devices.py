@@ -226,14 +226,14 @@ def test_tf32_is_the_trainers_for_their_run_and_the_callers_setting_comes_back(m
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     for module, cfg in ((sft, sft.SFTConfig(device="cuda")), (grpo, grpo.GRPOConfig(device="cuda"))):
         seen = []
-        monkeypatch.setattr(module, "_train", lambda c, seen=seen: seen.append(_precision()) or Path("done"))
+        monkeypatch.setattr(module, "_train", lambda c, stack, seen=seen: seen.append(_precision()) or Path("done"))
         assert module.train(cfg) == Path("done") and seen == ["tf32"]
         assert _precision() == before
-        monkeypatch.setattr(module, "_train", lambda c: 1 / 0)
+        monkeypatch.setattr(module, "_train", lambda c, stack: 1 / 0)
         with pytest.raises(ZeroDivisionError):
             module.train(cfg)
         assert _precision() == before
         seen.clear()
-        monkeypatch.setattr(module, "_train", lambda c, seen=seen: seen.append(_precision()) or Path("done"))
+        monkeypatch.setattr(module, "_train", lambda c, stack, seen=seen: seen.append(_precision()) or Path("done"))
         module.train(type(cfg)(device="cpu"))
         assert seen == [before]

@@ -1,0 +1,157 @@
+"""The trainers' ``--out`` as a careless user drives it: a file in its place, a folder another run
+is using, another trainer's run, ``--no-resume`` over an earlier run, a kill that tears a log line,
+a learning rate that blows up. Each is one clear error or a clean recovery, and no run's checkpoints,
+log or plot mix with another's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tau_env.reference_trainers import grpo, sft  # noqa: E402
+from tau_env.reference_trainers.checkpoint import latest_checkpoint, load_checkpoint, open_run_dir  # noqa: E402
+from tau_env.reference_trainers.cpu_common import DivergedError, MetricsLog  # noqa: E402
+
+from tau_env.error import InvalidOptionError, ResultsFolderError  # noqa: E402
+
+
+def _cfg(model, data, out, **kw) -> sft.SFTConfig:
+    base = dict(
+        model=str(model), data=[str(data)], out=str(out), steps=2, batch_size=1, micro_batch=1, lora_rank=4,
+        retrieval="none", max_new_tokens=4, progress=False, device="cpu", save_every=1,
+    )  # fmt: skip
+    return sft.SFTConfig(**{**base, **kw})
+
+
+def _steps(out: Path) -> list[int]:
+    return [r["step"] for r in MetricsLog.read(out / "metrics.jsonl")]
+
+
+def test_an_out_that_is_a_file_or_under_one_is_one_line(tiny_and_data, tmp_path, capsys):
+    model, data = tiny_and_data
+    file = tmp_path / "afile"
+    file.write_text("keep me")
+    for out in (file, file / "sub"):
+        for prog, argv in (
+            (sft.main, ["--model", str(model), "--data", str(data), "--out", str(out), "--steps", "1"]),
+            (grpo.main, ["--model", str(model), "--task-ids", "found_card_unlock", "--out", str(out), "--steps", "1"]),
+        ):
+            assert prog(argv) == 2
+            err = capsys.readouterr().err
+            assert "is a file, not a folder" in err and "Traceback" not in err
+    assert file.read_text() == "keep me"
+
+
+def test_the_model_named_another_way_resumes_the_run(tiny_and_data, tmp_path, monkeypatch):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    sft.train(_cfg(model, data, out, steps=1))
+    monkeypatch.chdir(model.parent)
+    for spelled in (model.name, model.name + "/", f"./{model.name}"):
+        assert sft.train(_cfg(spelled, data, out, steps=1)).name == "step-000001"  # the same run, nothing to do
+    assert sft.train(_cfg(f"./{model.name}/", data, out, steps=2)).name == "step-000002"
+    assert _steps(out) == [1, 2]
+    other = tmp_path / "other-model"
+    shutil.copytree(model, other)
+    with pytest.raises(ResultsFolderError, match="model: "):
+        sft.train(_cfg(other, data, out, steps=3))
+
+
+def test_a_folder_of_another_trainers_run_is_refused(sft_run, tmp_path):
+    run = tmp_path / "sft"
+    shutil.copytree(sft_run[0], run)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    cfg = grpo.GRPOConfig(
+        model=str(run), out=str(run), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1, group_size=2,
+        max_steps=3, max_new_tokens=4, retrieval="none", progress=False, device="cpu", lr=2e-4,
+    )  # fmt: skip
+    with pytest.raises(ResultsFolderError, match=r"holds a sft run \(step-000001\); grpo continues only its own"):
+        grpo.train(cfg)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+
+
+def test_a_folder_in_use_is_refused(tiny_and_data, tmp_path):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    held = open_run_dir(out, "sft")
+    try:
+        with pytest.raises(ResultsFolderError, match="is in use by another run"):
+            sft.train(_cfg(model, data, out))
+        script = (
+            "import sys; from tau_env.reference_trainers.sft import main; "
+            f"sys.exit(main(['--model', {str(model)!r}, '--data', {str(data)!r}, '--out', {str(out)!r}]))"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and "is in use by another run (process" in done.stderr
+    finally:
+        held.close()
+    assert not (out / "checkpoints").exists()
+    sft.train(_cfg(model, data, out, steps=1))  # released: it runs
+
+
+def test_no_resume_starts_over_only_once_the_new_inputs_have_loaded(tiny_and_data, tmp_path):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    sft.train(_cfg(model, data, out, steps=3))
+    old = sorted(p.name for p in (out / "checkpoints").iterdir())
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    for m, d in ((model, bad), (tmp_path / "no-model", data)):
+        with pytest.raises((ResultsFolderError, InvalidOptionError)):
+            sft.train(_cfg(m, d, out, resume=False, steps=1))
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == old and _steps(out) == [1, 2, 3]
+    last = sft.train(_cfg(model, data, out, resume=False, steps=1, lr=1e-3))
+    assert last.name == "step-000001" and latest_checkpoint(out) == last
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001"] and _steps(out) == [1]
+    assert load_checkpoint(last).info["config"]["lr"] == 1e-3
+
+
+def test_a_torn_last_log_line_is_dropped_and_a_damaged_one_is_named(tiny_and_data, tmp_path):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    sft.train(_cfg(model, data, out, steps=1))
+    log = out / "metrics.jsonl"
+    with log.open("a") as f:
+        f.write('{"step": 2, "loss": 0.')  # a kill mid-write
+    sft.train(_cfg(model, data, out, steps=2))
+    assert _steps(out) == [1, 2] and all(json.loads(x) for x in log.read_text().splitlines())
+    log.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ResultsFolderError, match=rf"{log}:2 is not a row of this run's log"):
+        sft.train(_cfg(model, data, out, steps=3))
+
+
+def test_a_diverging_run_stops_before_its_update_and_saves_nothing_non_finite(tiny_and_data, tmp_path, capsys):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    with pytest.raises(DivergedError, match=r"SFT step \d+: the loss .* not finite; the update was not made"):
+        sft.train(_cfg(model, data, out, steps=6, lr=1e9, warmup_steps=0, grad_clip=0.0))
+    text = (out / "metrics.jsonl").read_text()
+    rows = [json.loads(x) for x in text.splitlines()]  # still valid JSON: no NaN written
+    assert "NaN" not in text and all(math.isfinite(r["loss"]) for r in rows)
+    last = latest_checkpoint(out)
+    if last is not None:
+        assert all(torch.isfinite(t).all() for t in load_checkpoint(last).model.state_dict().values())
+    argv = ["--model", str(model), "--data", str(data), "--out", str(tmp_path / "cli"), "--steps", "6"]
+    assert sft.main([*argv, "--lr", "1e9", "--warmup-steps", "0", "--grad-clip", "0", "--no-progress"]) == 2
+    assert "not finite" in capsys.readouterr().err
+
+
+def test_a_context_too_short_for_the_prompt_is_said(tiny_and_data, tmp_path, caplog):
+    model, _ = tiny_and_data
+    cfg = grpo.GRPOConfig(
+        model=str(model), out=str(tmp_path / "grpo"), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1,
+        group_size=2, max_steps=3, max_new_tokens=4, max_context=8, retrieval="none", progress=False, device="cpu",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        grpo.train(cfg)
+    assert "every episode reached --max-context 8 before the agent's first turn" in caplog.text
