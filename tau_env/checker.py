@@ -57,8 +57,13 @@ def named_tool_problems(box: Toolbox, i: int, action: Action) -> list[str]:
     return problems
 
 
-def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
-    """Every contract ``task`` breaks, as readable sentences (empty when it passes)."""
+def static_task_problems(domain: Domain, task: Task) -> list[str]:
+    """What ``task`` breaks that is seen without running anything: reference actions naming a tool
+    the domain lacks, a tool of the other seat, an episode-ending tool before the end, or an id its
+    tool does not know; required documents the knowledge base lacks. A task file loaded by path is
+    refused on these (:meth:`Domain.with_tasks`): its targets would be computed from actions that
+    cannot run.
+    """
     problems: list[str] = []
     box = domain.toolbox("all")
     for i, a in enumerate(task.actions):
@@ -74,6 +79,12 @@ def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
     for doc in task.required_documents:
         if domain.kb.get(doc) is None:
             problems.append(f"required document {doc!r} does not exist.")
+    return problems
+
+
+def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
+    """Every contract ``task`` breaks, as readable sentences (empty when it passes)."""
+    problems = static_task_problems(domain, task)
     if problems:
         return problems
     db1 = domain.start_db(task)

@@ -184,7 +184,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     from tau_env.checker import domain_problems
     from tau_env.registry import registry
 
-    domain = registry.load_domain(args.domain, **_domain_kwargs(args, args.domain))
+    kwargs = _domain_kwargs(args, args.domain)
+    tasks = kwargs.pop("tasks", None)
+    domain = registry.load_domain(args.domain, **kwargs)
+    if tasks is not None:  # as a list: loading a file by path would stop at its first problem
+        from tau_env.tasks import load_tasks
+
+        domain = domain.with_tasks(load_tasks(tasks))
     started = time.perf_counter()
     task_ids = list(dict.fromkeys(args.task)) if args.task else None  # each task once
     problems = domain_problems(domain, task_ids, play=not args.no_play)

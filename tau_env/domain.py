@@ -108,13 +108,17 @@ class Domain:
         that reuses an id of the original's is never graded against the original's target.
 
         Raises:
-            TaskFileError: The file is missing or malformed, or two tasks share an id.
+            TaskFileError: The file is missing or malformed, two tasks share an id, or (a file) a
+                task's reference actions name a tool the domain lacks or its required documents one
+                the knowledge base lacks (:func:`~tau_env.checker.static_task_problems`).
         """
         import copy
 
         from tau_env.grading import Grader
 
+        path = None
         if isinstance(tasks, (str, Path)):
+            path = tasks
             tasks = load_tasks(tasks)
         elif isinstance(tasks, Task):
             tasks = [tasks]
@@ -139,6 +143,17 @@ class Domain:
         for name in type(self).task_caches:
             setattr(new, name, {})
         new.grader = Grader(new)
+        if path is not None:  # a user's file: refused on what cannot run (a list is the caller's own to check)
+            from tau_env.checker import static_task_problems
+
+            for t in tasks:
+                problems = static_task_problems(new, t)
+                if problems:
+                    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                    raise TaskFileError(
+                        f"{path}: task {t.id!r}: {problems[0]}{more} `tau-env check ENV_ID --tasks {path}` lists "
+                        "every problem."
+                    )
         return new
 
     def task(self, task_id: str) -> Task:

@@ -271,6 +271,16 @@ def load_tasks(path: str | Path) -> list[Task]:
         raise TaskFileError(f"Expected a task file (.json or .jsonl) at {p}, found none.")
     text = read_text_file(p, TaskFileError)
     if p.suffix == ".jsonl":
+        if text.lstrip().startswith("[") and "\n" in text.strip():  # a pretty-printed array, not JSON Lines
+            try:
+                json.loads(text)
+            except ValueError:
+                pass
+            else:
+                raise TaskFileError(
+                    f"{p} holds one JSON array over several lines, not JSON Lines (one task per line): name it "
+                    f"{p.with_suffix('.json').name}, or write one task per line."
+                )
         tasks = []
         for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): \x85 and \u2028 are data
             if line.strip():

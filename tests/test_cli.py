@@ -567,3 +567,65 @@ def test_agent_checkpoint_without_the_train_extra_says_which_extra(monkeypatch, 
     assert main(["eval", "--agent-checkpoint", str(tmp_path), "--task", "found_card_unlock"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "pip install 'tau-env[train]'" in err
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (lambda t: t["actions"][-1].update(name="unlock_kard"), "no tool named 'unlock_kard'"),
+        (lambda t: t.update(required_documents=["no_such_doc"]), "required document 'no_such_doc' does not exist"),
+    ],
+)
+def test_a_task_file_whose_actions_cannot_run_is_refused_by_eval_and_listed_by_check(tmp_path, capsys, edit, said):
+    """A reference action naming a tool the domain lacks would make a target from actions that
+    cannot run (the oracle then 'passes' with a tool error): eval refuses the file naming the task;
+    check still lists every problem."""
+    from tau_env.registry import registry
+    from tau_env.tasks import save_tasks
+
+    domain = registry.load_domain("harbor-bank-v0")
+    path = tmp_path / "tasks.jsonl"
+    save_tasks([domain.task("found_card_unlock"), domain.task("update_email_and_phone")], path)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    edit(rows[1])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "eval"
+    assert main(["eval", "--agent", "oracle", "--tasks", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: task 'update_email_and_phone': " in err and said in err and not out.exists()
+    assert main(["check", "harbor-bank-v0", "--tasks", str(path), "--no-play"]) == 1
+    captured = capsys.readouterr()
+    assert said in captured.out and "1 of 2 entries fail" in captured.err
+
+
+def test_an_empty_task_file_says_so(tmp_path, capsys):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("")
+    assert main(["eval", "--agent", "oracle", "--tasks", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "it holds none (an empty task file" in capsys.readouterr().err
+
+
+def test_a_pretty_printed_array_in_a_jsonl_file_is_named(tmp_path, capsys):
+    from tau_env.registry import registry
+
+    task = registry.load_domain("harbor-bank-v0").task("found_card_unlock")
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps([task.model_dump(mode="json")], indent=2))
+    assert main(["eval", "--agent", "oracle", "--tasks", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "one JSON array over several lines, not JSON Lines" in capsys.readouterr().err
+    path.with_suffix(".json").write_text(path.read_text())
+    assert (
+        main(
+            [
+                "eval",
+                "--agent",
+                "oracle",
+                "--tasks",
+                str(path.with_suffix(".json")),
+                "--quiet",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
