@@ -414,18 +414,61 @@ def same_synth(folder: Path, ids: str, weights: dict[str, float] | None = None) 
     and the SFT data made from them, are not these settings'."""
     from tau_env.synthesis.run import id_style, plan_weights
 
+    from tau_env.error import ResultsFolderError
+
     run_json = folder / "run.json"
     if run_json.is_file():
         settings = json.loads(run_json.read_text(encoding="utf-8"))
         if id_style(settings) != ids:
-            raise SystemExit(
+            raise ResultsFolderError(
                 f"{folder} holds {id_style(settings)}-style ids, not {ids} (--synth-ids {ids}): use another --out"
             )
         if plan_weights(settings) != (weights or {}):
-            raise SystemExit(
+            raise ResultsFolderError(
                 f"{folder} was planned with weights {plan_weights(settings) or 'none'}, not {weights or 'none'} "
                 "(--synth-weights): use another --out"
             )
+
+
+#: The flags that make the run's data (synthesis, decontamination, SFT examples): a rerun in the
+#: same --out with others would reuse data that is not theirs (the trainers and evaluation folders
+#: refuse their own settings themselves).
+DATA_FLAGS = (
+    "seed",
+    "synth_n",
+    "synth_ids",
+    "synth_weights",
+    "decontam_against",
+    "decontam_detectors",
+    "retrieval",
+    "sft_shipped",
+    "first_turns",
+    "quick",
+)
+
+
+def same_data_settings(out: Path, args: argparse.Namespace) -> None:
+    """Record the data flags in ``out/recipe.json`` on the first run; refuse a rerun whose flags differ.
+
+    Raises:
+        ResultsFolderError: naming each flag, its value there and now.
+    """
+    from tau_env.error import ResultsFolderError
+
+    now = {k: getattr(args, k) for k in DATA_FLAGS}
+    record = out / "recipe.json"
+    if record.is_file():
+        try:
+            before = json.loads(record.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ResultsFolderError(f"{record} is damaged ({e}); pass another --out.") from None
+        now_json = json.loads(json.dumps(now))
+        differ = [k for k in DATA_FLAGS if k in before and before[k] != now_json[k]]
+        if differ:
+            said = "; ".join(f"--{k.replace('_', '-')}: {before[k]} there, {now_json[k]} now" for k in differ)
+            raise ResultsFolderError(f"{out} holds a run made with other data settings ({said}); pass another --out.")
+        return
+    record.write_text(json.dumps(now, indent=1) + "\n", encoding="utf-8")
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -459,6 +502,8 @@ def indist_tasks(
     ``n`` asked for now."""
     from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
 
+    from tau_env.error import ResultsFolderError
+
     second = out / "indist_synth"
     same_synth(second, ids or "plan", weights)
     if not (second / "decontamination.json").is_file():
@@ -467,7 +512,9 @@ def indist_tasks(
     read = lambda f: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]  # noqa: E731
     picked = pick_indist(read(synth / "tasks.jsonl") + list(also_trained or []), read(second / "tasks.jsonl"), n)
     if not picked:
-        raise SystemExit(f"--indist: no task of {second} is fresh (all share a request or a customer with training)")
+        raise ResultsFolderError(
+            f"--indist: no task of {second} is fresh (all share a request or a customer with training)"
+        )
     if len(picked) < n:
         print(f"--indist: only {len(picked)} fresh tasks in {second}, not {n}", file=sys.stderr)
     path = out / "indist_tasks.jsonl"
@@ -500,12 +547,14 @@ def shipped_neighbours(heldout: list[str], detectors: list[str] | None = None) -
 def decontaminate_run(synth: Path, against: str, detectors: list[str] | None) -> dict[str, Any]:
     """``run_decontaminate``'s settings for ``--decontam-against`` / ``--decontam-detectors``, checked
     against what ``synth`` was decontaminated with if it was (one ``--out`` per setting)."""
+    from tau_env.error import ResultsFolderError
+
     settings = {"task_ids": list(HELDOUT) if against == "heldout" else None, "detectors": detectors}
     record = synth / "decontamination.json"
     if record.is_file():
         passes = json.loads(record.read_text(encoding="utf-8")).get("passes") or [{"task_ids": None, "detectors": None}]
         if passes != [settings]:
-            raise SystemExit(
+            raise ResultsFolderError(
                 f"{synth} was decontaminated with {passes}, not {[settings]} (--decontam-against {against}, "
                 f"--decontam-detectors {','.join(detectors) if detectors else 'all'}): use another --out"
             )
@@ -717,14 +766,26 @@ def detector_list(text: str) -> list[str] | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="SmolLM2-135M-Instruct folder")
+    p.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help=f"SmolLM2-135M-Instruct folder (default: {DEFAULT_MODEL.name} under ~/.cache/tau_env_e2e, as tests/e2e "
+        "exports it; when that is missing the run is skipped)",
+    )
     p.add_argument(
         "--out",
         type=Path,
-        default=Path("runs/recipe_cpu"),
-        help="run folder (resumable with the same settings; its trainers refuse others: one --out per setting)",
+        default=None,
+        help="run folder (default: runs/recipe_cpu; with --quick a temporary one, deleted after); resumable with "
+        "the same settings; its trainers refuse others: one --out per setting",
     )
-    p.add_argument("--quick", action="store_true", help="tiny random model, tiny sizes: a smoke run")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: a tiny random model and tiny sizes (they replace --heldout, --trials, --synth-n, the "
+        "SFT/GRPO sizes, --max-new-tokens, --max-steps)",
+    )
     p.add_argument(
         "--retrieval",
         default=RETRIEVAL,
@@ -844,6 +905,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    for flag, value, low, high in (
+        ("--heldout", args.heldout, 1, len(HELDOUT)),
+        ("--trials", args.trials, 1, 1000),
+        ("--synth-n", args.synth_n, 1, 100_000),
+        ("--sft-steps", args.sft_steps, 0, 10**7),
+        ("--sft-batch", args.sft_batch, 1, 10**5),
+        ("--turn-prefixes", args.turn_prefixes, 0, 1000),
+        ("--lora-layers", args.lora_layers, 0, 10**4),
+        ("--micro-batch", args.micro_batch, 1, 10**5),
+        ("--grpo-steps", args.grpo_steps, 0, 10**6),
+        ("--grpo-tasks", args.grpo_tasks, 1, 10**5),
+        ("--grpo-group", args.grpo_group, 2, 10**4),
+        ("--max-new-tokens", args.max_new_tokens, 1, 10**6),
+        ("--max-steps", args.max_steps, 1, 10**5),
+        ("--workers", args.workers, 1, 1024),
+        ("--max-len", args.max_len, 1, 10**7),
+        ("--threads", args.threads, 0, 4096),
+    ):
+        if not low <= value <= high:
+            p.error(f"{flag} must be a whole number from {low} to {high}, not {value}")
+    for flag, value, positive in (
+        ("--sft-epochs", args.sft_epochs, True),
+        ("--sft-lr", args.sft_lr, True),
+        ("--grpo-lr", args.grpo_lr, True),
+        ("--eval-temperature", args.eval_temperature, False),
+    ):
+        if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+            p.error(f"{flag} must be a number {'more than' if positive else 'at least'} 0, not {value}")
+    if args.out is not None and (args.out.exists() or args.out.is_symlink()) and not args.out.is_dir():
+        p.error(f"--out {args.out} is a file, not a folder; pass another --out")
+    for above in args.out.parents if args.out is not None else ():
+        if above.exists() and not above.is_dir():
+            p.error(f"--out {args.out}: {above} is a file, not a folder; pass another --out")
+    if args.model is not None and not (args.model / "config.json").is_file():
+        p.error(f"--model {args.model} is not a model folder (no config.json); pass SmolLM2-135M-Instruct's folder")
     if not 0 <= args.indist <= 1000:  # its candidates are a synthesis run of 4 x N tasks, N x trials episodes
         p.error(f"--indist must be 0 (off) or a number of tasks up to 1000, not {args.indist}")
     if not 0 <= args.first_turns <= 20_000:  # a synthesis run and the teacher's episodes on each task
@@ -869,12 +965,9 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         print(json.dumps({"skipped": f"the train extra is not installed ({e})"}))
         return 0
-    from tau_env.reference_trainers import grpo, sft
-    from tau_env.reference_trainers.checkpoint import base_checkpoint
-    from tau_env.reference_trainers.cpu_common import build_tiny_model, resolve_device, set_threads
-    from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
+    from tau_env.reference_trainers.cpu_common import resolve_device, set_threads
 
-    from tau_env.error import InvalidOptionError
+    from tau_env.error import Error, InvalidOptionError
 
     try:  # a GPU this machine lacks is said before hours of synthesis
         resolve_device(args.device)
@@ -883,16 +976,39 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads or None)
     tmp = None
     if args.quick:
-        tmp = tempfile.TemporaryDirectory()
-        args.out = Path(tmp.name) / "run"
-        model_dir = Path(tmp.name) / "tiny"  # built below, its tokenizer trained on the SFT data's text
+        if args.out is None:  # a smoke run leaves nothing behind unless it is given a folder
+            tmp = tempfile.TemporaryDirectory()
+            args.out = Path(tmp.name) / "run"
+        model_dir = args.out / "tiny"  # built below, its tokenizer trained on the SFT data's text
     else:
-        model_dir = args.model
-        if not (model_dir / "config.json").is_file():
+        args.out = args.out or Path("runs/recipe_cpu")
+        model_dir = args.model or DEFAULT_MODEL
+        if not (model_dir / "config.json").is_file():  # the default folder only: a given one was checked
             print(json.dumps({"skipped": f"no model at {model_dir} (tests/e2e/setup_vllm_cpu.sh DIR exports it)"}))
             return 0
+    try:
+        return run(args, model_dir, tmp)
+    except KeyboardInterrupt:
+        print(f"{p.prog}: interrupted; the same command resumes from what is done", file=sys.stderr)
+        return 130
+    except (Error, RuntimeError) as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def run(args: argparse.Namespace, model_dir: Path, tmp: Any) -> int:
+    """The recipe with the checked settings ``args`` (see :func:`main`)."""
+    from tau_env.reference_trainers import grpo, sft
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+    from tau_env.synthesis.pipeline import run_decontaminate, run_tasks
+
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    same_data_settings(out, args)
     heldout = list(HELDOUT[: args.heldout])
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -927,7 +1043,7 @@ def main(argv: list[str] | None = None) -> int:
     if shipped:
         data_stats["shipped"] = {**shipped_stats, **data_stats.get("shipped", {})}
     timings["data_s"] = time.perf_counter() - t0
-    if args.quick:
+    if args.quick and not (model_dir / "config.json").is_file():  # a resumed smoke run keeps its model
         build_tiny_model(model_dir, data.read_text(encoding="utf-8").splitlines() * 3)
 
     # -- before training: the starting model as a step-0 checkpoint, evaluated as the trained ones are
@@ -1135,8 +1251,6 @@ def main(argv: list[str] | None = None) -> int:
         + [str(grpo_dir / "metrics.svg")],
     }
     print(json.dumps(result, default=str))
-    if tmp is not None:
-        tmp.cleanup()
     return 0
 
 

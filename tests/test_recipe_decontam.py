@@ -12,6 +12,7 @@ import pytest
 from tau_env.synthesis.decontam import DETECTORS, decontaminate
 
 import tau_env
+from tau_env.error import ResultsFolderError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "recipe_cpu.py"
 _spec = importlib.util.spec_from_file_location("recipe_cpu_decontam", SCRIPT)
@@ -44,12 +45,12 @@ def test_a_run_folder_decontaminated_otherwise_is_refused(tmp_path):
     synth.mkdir()
     (synth / "decontamination.json").write_text(json.dumps({"against": recipe.ENV, "removed": []}))
     assert recipe.decontaminate_run(synth, "shipped", None)["task_ids"] is None  # a record of before passes
-    with pytest.raises(SystemExit, match="use another --out"):
+    with pytest.raises(ResultsFolderError, match="use another --out"):
         recipe.decontaminate_run(synth, "heldout", None)
     (synth / "decontamination.json").write_text(json.dumps({"against": recipe.ENV, "passes": [held], "removed": []}))
     assert recipe.decontaminate_run(synth, "heldout", list(recipe.INSTANCE_DETECTORS)) == held
     for against, detectors in (("shipped", None), ("heldout", None), ("heldout", ["chain", "ids"])):
-        with pytest.raises(SystemExit, match="--decontam-against"):
+        with pytest.raises(ResultsFolderError, match="--decontam-against"):
             recipe.decontaminate_run(synth, against, detectors)
 
 
