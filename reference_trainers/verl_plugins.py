@@ -249,13 +249,22 @@ def check_config(cfg: Any, *, is_cap: float | None = None, mask_delta: float | N
         want = rollout_correction(2.0 if is_cap is None else is_cap, 0.1 if mask_delta is None else mask_delta)
         for key in ("rollout_is_threshold", "rollout_rs_threshold"):
             got = rc.get(key)
-            if key == "rollout_is_threshold" and is_cap is not None and float(got) != want[key]:
-                problems.append(f"algorithm.rollout_correction.{key} is {got!r}, expected {want[key]!r}")
-            if key == "rollout_rs_threshold" and mask_delta is not None:
-                lo, hi = (float(x) for x in str(got).split("_"))
-                wlo, whi = (float(x) for x in want[key].split("_"))
-                if not (math.isclose(lo, wlo, rel_tol=1e-6) and math.isclose(hi, whi, rel_tol=1e-6)):
+            try:
+                if key == "rollout_is_threshold" and is_cap is not None and float(got) != want[key]:
                     problems.append(f"algorithm.rollout_correction.{key} is {got!r}, expected {want[key]!r}")
+                if key == "rollout_rs_threshold" and mask_delta is not None:
+                    lo, hi = (float(x) for x in str(got).split("_"))
+                    wlo, whi = (float(x) for x in want[key].split("_"))
+                    if not (math.isclose(lo, wlo, rel_tol=1e-6) and math.isclose(hi, whi, rel_tol=1e-6)):
+                        problems.append(f"algorithm.rollout_correction.{key} is {got!r}, expected {want[key]!r}")
+            except (TypeError, ValueError):  # null, one number where the band needs two, text
+                problems.append(f"algorithm.rollout_correction.{key} is {got!r}, expected {want[key]!r}")
+    n = _get(cfg, "actor_rollout_ref.rollout.n")
+    if n is not None and not (isinstance(n, int) and n >= 2):
+        problems.append(
+            f"actor_rollout_ref.rollout.n is {n!r}: a group needs at least 2 rollouts (with one, every leave-one-out "
+            "advantage is 0 and nothing is learnt)"
+        )
     if problems:
         raise PluginNotRegistered("The veRL config does not run tau_env's GRPO: " + "; ".join(problems) + ".")
 
@@ -281,17 +290,60 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mask-delta", type=float, default=None)
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as given to verl.trainer.main_ppo")
     args = p.parse_args(argv)
-    import verl  # noqa: F401  (loads the verl.plugins entry points, as every veRL process does)
-
-    require_registered()
-    if args.config_dir:
-        cfg = compose_config(args.config_dir, args.config_name, args.overrides)
-        check_config(cfg, is_cap=args.is_cap, mask_delta=args.mask_delta)
-    logging_msg = f"tau_env veRL plugins registered: {', '.join(registered())}"
     import sys
 
-    sys.stdout.write(logging_msg + ("; config checked\n" if args.config_dir else "\n"))
+    try:
+        fresh = registered_in_fresh_process()  # this process imported the plugin itself: its registries prove nothing
+        missing = [name for name, ok in fresh.items() if not ok]
+        if missing:
+            raise PluginNotRegistered(
+                f"a fresh veRL process (import verl, as every worker starts) does not know {', '.join(missing)}: the "
+                "tau_env plugin is not loaded there. Install tau-env with its verl.plugins entry point (pip install "
+                "-e . in the veRL environment) or export VERL_USE_EXTERNAL_MODULES=tau_env.reference_trainers."
+                "verl_plugins, and check that VERL_USE_EXTERNAL_PLUGINS is not 'none'."
+            )
+        if args.config_dir:
+            try:
+                cfg = compose_config(args.config_dir, args.config_name, args.overrides)
+            except Exception as e:  # Hydra's and OmegaConf's errors: an unknown key, a bad folder or name
+                if type(e).__module__.split(".")[0] not in ("hydra", "omegaconf"):
+                    raise
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise InvalidOptionError(f"the veRL config does not compose: {first}") from None
+            check_config(cfg, is_cap=args.is_cap, mask_delta=args.mask_delta)
+    except Error as e:
+        sys.stderr.write(f"{p.prog}: error: {e}\n")
+        return 2
+    sys.stdout.write(
+        f"tau_env veRL plugins registered in a fresh veRL process: {', '.join(fresh)}"
+        + ("; config checked\n" if args.config_dir else "\n")
+    )
     return 0
+
+
+def registered_in_fresh_process() -> dict[str, bool]:
+    """:func:`registered` in a new Python process that only imports ``verl`` (with this process's
+    environment), as each veRL worker starts: whether the entry point (or ``VERL_USE_EXTERNAL_MODULES``)
+    really loads the plugin there.
+    """
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, verl\n"
+        "from verl.trainer.ppo import core_algos\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry as loops\n"
+        f"names = {list(ESTIMATORS)!r}\n"
+        "out = {n: n in core_algos.ADV_ESTIMATOR_REGISTRY for n in names}\n"
+        f"out[{AGENT_LOOP!r}] = {AGENT_LOOP!r} in loops\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise PluginNotRegistered(f"a fresh veRL process could not start: {tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def compose_config(config_dir: str, config_name: str = "tau_grpo", overrides: list[str] | None = None) -> Any:

@@ -202,3 +202,33 @@ def test_importing_verl_registers_our_estimators_through_the_entry_point():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "['tau_loo', 'tau_loo_group']", out.stderr[-2000:]
+
+
+def test_the_start_up_command_checks_a_fresh_process_and_fails_when_the_plugin_is_not_loaded(monkeypatch, capsys):
+    """``python -m ...verl_plugins`` imports the plugin itself, so its own registries prove nothing:
+    it asks a fresh ``import verl`` process, as a worker starts. With external plugins switched off
+    and no VERL_USE_EXTERNAL_MODULES, that process lacks the names: exit 2, one line."""
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    assert vp.main([]) == 0 and "registered in a fresh veRL process" in capsys.readouterr().out
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    assert vp.main([]) == 2
+    err = capsys.readouterr().err
+    assert "does not know tau_loo, tau_loo_group, tau_agent" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "tau_env.reference_trainers.verl_plugins")
+    assert vp.main([]) == 0
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (["no.such.key=1"], "the veRL config does not compose"),
+        (["actor_rollout_ref.rollout.n=1"], "rollout.n is 1: a group needs at least 2"),
+        (["algorithm.rollout_correction.rollout_rs_threshold=0.5"], "rollout_rs_threshold is 0.5"),
+        (["algorithm.rollout_correction.rollout_is_threshold=null"], "rollout_is_threshold is None"),
+    ],
+)
+def test_the_start_up_command_says_a_bad_config_in_one_line(overrides, said, capsys):
+    argv = ["--config-dir", str(CONFIGS), "--config-name", "tau_grpo", "--is-cap", "2", "--mask-delta", "0.1"]
+    assert vp.main([*argv, "actor_rollout_ref.model.path=/nowhere", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
