@@ -364,7 +364,7 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
         except UnicodeDecodeError as e:
             raise ResultsFolderError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); pass SFT JSONL.") from None
         found = 0
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and U+0085 are text in a line
             if not line.strip():
                 continue
             try:

@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tau_env.error import InvalidOptionError, TaskFileError
-from tau_env.sft import initial_tools, sft_example_problem
+from tau_env.sft import initial_tools, sft_example_problem, training_problem
 
 AGENT_LOOP = "tau_agent"
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -47,8 +50,18 @@ AGENT_LOOP = "tau_agent"
 
 
 def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The examples of a ``tau-env export-sft --jsonl`` file (or a synthesis run's ``sft/sft.jsonl``)."""
+    """The examples of a ``tau-env export-sft --jsonl`` file (or a synthesis run folder: its
+    ``sft/sft.jsonl``), as SFT rows. A line that is no example is refused by file and line; an
+    example that would train nothing or a broken call (:func:`~tau_env.sft.training_problem`) is
+    left out with a warning, as the CPU trainer does.
+    """
     p = Path(path)
+    if p.is_dir():
+        p = p / "sft" / "sft.jsonl" if (p / "sft" / "sft.jsonl").is_file() else p / "sft.jsonl"
+    if p.is_file() and _is_parquet(p):
+        raise InvalidOptionError(
+            f"{p} is a parquet file; the sources are export-sft JSONL (tau-env export-sft --jsonl)."
+        )
     if not p.is_file():
         raise InvalidOptionError(
             f"No SFT file at {p}: expected the JSONL that `tau-env export-sft RUN --jsonl FILE` writes "
@@ -61,14 +74,22 @@ def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
             f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); expected export-sft JSONL."
         ) from None
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
+    left_out = []
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and U+0085 are text in a line
         if not line.strip():
             continue
         try:
             ex = json.loads(line)
         except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
             raise InvalidOptionError(f"{p}:{n}: not JSON ({e}); expected one export-sft example per line.") from e
-        out.append(sft_row(ex, where=f"{p}:{n}"))
+        row = sft_row(ex, where=f"{p}:{n}")
+        unusable = training_problem({"messages": json.loads(row["messages_json"]), "train": row["train"]})
+        if unusable:
+            left_out.append(f"{p}:{n} ({unusable})")
+            continue
+        out.append(row)
+    if left_out:
+        log.warning("left out %d SFT example(s) that train nothing or a broken call: %s", len(left_out), left_out[0])
     return out
 
 
@@ -95,27 +116,70 @@ def sft_row(example: Mapping[str, Any], where: str = "example") -> dict[str, Any
     tools = initial_tools({"messages": messages, "tools": tools})
     return {
         "task_id": str(example.get("task_id", "")),
-        "messages_json": json.dumps(messages, ensure_ascii=False),
-        "tools_json": json.dumps(tools, ensure_ascii=False),
+        "messages_json": json.dumps(messages),  # ASCII: a lone surrogate stays an escape parquet can store
+        "tools_json": json.dumps(tools),
         "train": [bool(t) for t in train],
     }
 
 
 def write_sft_parquet(sources: Iterable[str | Path], out: str | Path) -> int:
     """Write the examples of export-sft JSONL files as one SFT parquet; returns the row count."""
+    sources = list(sources)
+    _check_out(out, sources)
     rows = [r for src in sources for r in read_sft_jsonl(src)]
     _write_parquet(rows, out)
     return len(rows)
 
 
+def _is_parquet(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _check_out(out: str | Path, sources: Iterable[str | Path | None] = ()) -> None:
+    """Refuse an ``out`` that would destroy what it should not: one of the sources (OUT forgotten on
+    the command line: the last source taken for it), a file that is not parquet, a folder, a path
+    under a file.
+    """
+    out = Path(out)
+    for src in sources:
+        if src is not None and Path(src).exists() and out.exists() and os.path.samefile(src, out):
+            raise InvalidOptionError(
+                f"OUT {out} is also a source: give the parquet file to write as the last argument."
+            )
+    if out.is_dir():
+        raise InvalidOptionError(f"OUT {out} is a folder: give the parquet file to write.")
+    if out.exists() and not _is_parquet(out):
+        raise InvalidOptionError(
+            f"OUT {out} exists and is not a parquet file: refusing to overwrite it (was OUT, or --tasks, forgotten?). "
+            "Give a new path, or delete it first."
+        )
+    for above in out.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise InvalidOptionError(f"OUT {out}: {above} is a file, not a folder.")
+            break
+
+
 def _write_parquet(rows: list[dict[str, Any]], out: str | Path) -> None:
+    """``rows`` as a parquet file at ``out``, written whole or not at all (a temporary file renamed)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    _check_out(out)
     if not rows:
         raise InvalidOptionError(f"Nothing to write to {out}: no rows.")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), str(out))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(pa.Table.from_pylist(rows), str(tmp))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _sft_dataset_base() -> type:
@@ -249,6 +313,11 @@ def rl_rows(
     import tau_env
 
     make_kwargs = dict(make_kwargs or {})
+    # the env id and its keywords as each rollout worker will make them: said here, not on the GPUs
+    check = tau_env.make(env_id, **make_kwargs, **({"tasks": str(tasks)} if isinstance(tasks, (str, Path)) else {}))
+    check.close()
+    if task_ids is not None:
+        task_ids = list(dict.fromkeys(task_ids))  # each task once
     embed = tasks is not None
     if tasks is None:
         loader = {k: v for k, v in make_kwargs.items() if k not in _env_kwargs()}
@@ -277,6 +346,7 @@ def _env_kwargs() -> tuple[str, ...]:
 
 def write_rl_parquet(rows: list[dict[str, Any]], out: str | Path) -> int:
     """Write RL rows as parquet; returns the row count."""
+    _check_out(out)
     _write_parquet(rows, out)
     return len(rows)
 
@@ -335,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from tau_env.error import Error
 
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the left-out examples' warning
+
     try:
         return _write(args)
     except Error as e:
@@ -348,6 +420,7 @@ def _write(args: argparse.Namespace) -> int:
     if args.kind == "sft":
         n = write_sft_parquet(args.sources, args.out)
     else:
+        _check_out(args.out, [args.tasks])
         rows = rl_rows(
             args.env_id,
             tasks=args.tasks,

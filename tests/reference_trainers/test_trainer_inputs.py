@@ -341,3 +341,12 @@ def test_an_empty_file_and_examples_that_teach_nothing_are_said(tmp_path, exampl
         ResultsFolderError, match=rf"No SFT example can be trained: 1 left out, the first {only}:1 \(a trained call"
     ):
         read_sft_jsonl([only])
+
+
+def test_text_with_unicode_line_separators_reads_as_one_line(tmp_path, example):
+    """export-sft writes U+2028 and U+0085 raw (ensure_ascii=False): they are text, not line breaks."""
+    odd = json.loads(json.dumps(example))
+    next(m for m in odd["messages"] if m["role"] == "user")["content"] += " a\u2028b\x85c"
+    path = tmp_path / "sft.jsonl"
+    path.write_text(json.dumps(odd, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert read_sft_jsonl([path]) == [odd]

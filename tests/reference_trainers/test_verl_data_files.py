@@ -1,0 +1,114 @@
+"""``python -m tau_env.reference_trainers.verl_data`` with the files a careless user gives it: an OUT
+forgotten (the last source taken for it), an OUT that is a task file, a folder or under a file; SFT
+examples the CPU trainer leaves out; text with U+2028 or a lone surrogate; an env id or keywords that
+would fail only on the GPUs. No veRL needed (the parquet side only).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pd = pytest.importorskip("pandas")
+
+from tau_env.reference_trainers import verl_data as vd  # noqa: E402
+
+import tau_env  # noqa: E402
+from tau_env.sft import to_example  # noqa: E402
+
+ENV_ID, TASK = "harbor-bank-v0", "update_email_and_phone"
+
+
+@pytest.fixture(scope="module")
+def example():
+    env = tau_env.make(ENV_ID)
+    r = tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id=TASK)
+    return to_example(r.to_dict())
+
+
+def _jsonl(path, *examples):
+    path.write_text("".join(json.dumps(e) + "\n" for e in examples), encoding="utf-8")
+    return path
+
+
+def test_an_out_that_would_destroy_an_input_is_refused(example, tmp_path, capsys):
+    day1, day2 = _jsonl(tmp_path / "day1.jsonl", example), _jsonl(tmp_path / "day2.jsonl", example)
+    kept = day2.read_bytes()
+    tasks = tmp_path / "composite.jsonl"
+    tau_env.save_tasks([tau_env.registry.load_domain(ENV_ID).task(TASK)], tasks)
+    file = tmp_path / "afile"
+    file.write_text("x")
+    for argv, said in (
+        (["sft", str(day1), str(day2)], "exists and is not a parquet file: refusing to overwrite it"),
+        (["sft", str(day1), str(day1)], "is also a source"),
+        (["rl", ENV_ID, str(tasks)], "exists and is not a parquet file"),
+        (["rl", ENV_ID, str(tasks), "--tasks", str(tasks)], "is also a source"),
+        (["sft", str(day1), str(tmp_path)], "is a folder"),
+        (["sft", str(day1), str(file / "out.parquet")], "is a file, not a folder"),
+    ):
+        assert vd.main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err
+    assert day2.read_bytes() == kept and tasks.is_file() and file.read_text() == "x"
+    # an existing parquet is replaced (the same command again), whole
+    out = tmp_path / "sft.parquet"
+    assert vd.main(["sft", str(day1), str(out)]) == 0 and vd.main(["sft", str(day1), str(day2), str(out)]) == 0
+    assert len(pd.read_parquet(out)) == 2 and not list(tmp_path.glob(".sft.parquet.tmp-*"))
+
+
+def test_examples_the_cpu_trainer_leaves_out_are_left_out_here_too(example, tmp_path, caplog):
+    untrained = {**example, "train": [False] * len(example["messages"])}
+    broken = json.loads(json.dumps(example))
+    k = next(j for j, m in enumerate(broken["messages"]) if m.get("tool_calls") and broken["train"][j])
+    broken["messages"][k]["tool_calls"][0]["function"]["arguments"] = "{bad"
+    src = _jsonl(tmp_path / "sft.jsonl", untrained, example, broken)
+    with caplog.at_level("WARNING"):
+        rows = vd.read_sft_jsonl(src)
+    assert len(rows) == 1 and "left out 2 SFT example(s)" in caplog.text and f"{src}:1 " in caplog.text
+
+
+def test_text_with_line_separators_and_lone_surrogates_round_trips(example, tmp_path):
+    odd = json.loads(json.dumps(example))
+    user = next(m for m in odd["messages"] if m["role"] == "user")
+    user["content"] += " a\u2028b\x85c SURROGATE end"
+    src = tmp_path / "sft.jsonl"  # U+2028 and U+0085 raw (as export-sft writes them), the surrogate escaped
+    src.write_text(json.dumps(odd, ensure_ascii=False).replace("SURROGATE", "\\ud800") + "\n", encoding="utf-8")
+    user["content"] = user["content"].replace("SURROGATE", "\ud800")
+    out = tmp_path / "sft.parquet"
+    assert vd.main(["sft", str(src), str(out)]) == 0
+    assert json.loads(pd.read_parquet(out)["messages_json"][0]) == odd["messages"]
+
+
+def test_a_synthesis_run_folder_is_a_source_and_a_parquet_source_is_named(example, tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "sft").mkdir(parents=True)
+    _jsonl(run / "sft" / "sft.jsonl", example)
+    out = tmp_path / "sft.parquet"
+    assert vd.main(["sft", str(run), str(out)]) == 0
+    assert vd.main(["sft", str(out), str(tmp_path / "again.parquet")]) == 2
+    assert "is a parquet file; the sources are export-sft JSONL" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["rl", "harbr-bank-v0", "OUT", "--tasks", "TASKS"], "harbr-bank-v0"),
+        (["rl", ENV_ID, "OUT", "--tasks", "TASKS", "--make-kwargs", '{"max_steps": "lots"}'], "max_steps"),
+        (["rl", ENV_ID, "OUT", "--make-kwargs", '{"retrieval": "nope"}'], "nope"),
+    ],
+)
+def test_an_env_that_would_fail_on_the_workers_is_said_now(argv, said, tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    tau_env.save_tasks([tau_env.registry.load_domain(ENV_ID).task(TASK)], tasks)
+    argv = [str(tmp_path / "rl.parquet") if a == "OUT" else str(tasks) if a == "TASKS" else a for a in argv]
+    assert vd.main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and not (tmp_path / "rl.parquet").exists()
+
+
+def test_a_task_id_given_twice_is_one_row(tmp_path):
+    out = tmp_path / "rl.parquet"
+    assert vd.main(["rl", ENV_ID, str(out), "--task-id", TASK, "--task-id", TASK]) == 0
+    assert len(pd.read_parquet(out)) == 1
