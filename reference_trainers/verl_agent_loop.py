@@ -166,6 +166,42 @@ def to_output(
     )
 
 
+#: TauAgentLoop's own settings (tau_agent_loop.yaml), and what veRL itself passes to an agent loop.
+LOOP_SETTINGS = (
+    "family",
+    "chat_template",
+    "user",
+    "user_model",
+    "user_base_url",
+    "user_api_key_env",
+    "user_temperature",
+    "max_new_tokens",
+    "loop_limit",
+)
+
+
+def _check_loop_settings(extra: dict[str, Any], *, family: str, user: str) -> None:
+    """Refuse a tau_agent loop setting that is a misspelling of one of ours (veRL passes any other key
+    through to its base class, which takes anything: ``max_new_token: 64`` would silently run with
+    1024), an unknown family or user kind.
+    """
+    import difflib
+
+    from tau_env.reference_trainers.rollout import FAMILIES
+
+    for key in extra:
+        close = difflib.get_close_matches(key, LOOP_SETTINGS, n=1, cutoff=0.6)
+        if close:
+            raise InvalidOptionError(
+                f"tau_agent loop setting {key!r} is not one (did you mean {close[0]!r}?): fix it in "
+                "tau_agent_loop.yaml; its settings are " + ", ".join(LOOP_SETTINGS) + "."
+            )
+    if family not in FAMILIES:
+        raise InvalidOptionError(f"tau_agent loop: family must be one of {', '.join(FAMILIES)}, not {family!r}.")
+    if user not in ("scripted", "llm"):
+        raise InvalidOptionError(f"tau_agent loop: user must be 'scripted' or 'llm', not {user!r}.")
+
+
 @register(AGENT_LOOP)
 class TauAgentLoop(AgentLoopBase):
     """veRL agent loop ``tau_agent``: one tau_env episode per sample (see the module's docstring)."""
@@ -184,6 +220,7 @@ class TauAgentLoop(AgentLoopBase):
         loop_limit: int | None = DEFAULT_LOOP_LIMIT,
         **kwargs: Any,
     ):
+        _check_loop_settings(kwargs, family=family, user=user)
         super().__init__(*args, **kwargs)
         from tau_env.reference_trainers.verl_plugins import require_registered
 

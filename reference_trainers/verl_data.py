@@ -196,8 +196,22 @@ def _make_sft_dataset() -> type:
     class TauSFTDataset(base):  # type: ignore[misc, valid-type]
         """veRL's ``MultiTurnSFTDataset`` on our rows: JSON messages and tools, loss only on ``train`` messages."""
 
+        def __init__(self, *args: Any, **kwargs: Any):
+            config = kwargs["config"] if "config" in kwargs else (args[2] if len(args) > 2 else None)
+            self._tau_family = config.get("tau_family") if config is not None else None
+            super().__init__(*args, **kwargs)
+
         def _read_files_and_process(self) -> None:
             import pandas as pd
+            from tau_env.reference_trainers.cpu_common import chat_template_for, tokenizer_family
+            from tau_env.reference_trainers.rollout import FAMILIES
+
+            # rendered as the tau_agent loop and the CPU trainers render: the family's tool template
+            # (data.tau_family; null: the tokenizer's family), not whatever template the model ships
+            family = self._tau_family or tokenizer_family(self.tokenizer)
+            if family not in FAMILIES:
+                raise InvalidOptionError(f"data.tau_family must be one of {', '.join(FAMILIES)}, not {family!r}.")
+            self.tokenizer.chat_template = chat_template_for(self.tokenizer, family)
 
             frames = [pd.read_parquet(f) for f in self.parquet_files]
             df = pd.concat(frames, ignore_index=True)

@@ -6,6 +6,7 @@ reward in rm_scores. Runs only where veRL is installed (its own venv); skips els
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -172,3 +173,19 @@ def test_llm_user_needs_a_model():
     loop.user_kind = "nobody"
     with pytest.raises(InvalidOptionError, match="scripted"):
         loop._user(spec)
+
+
+@pytest.mark.parametrize(
+    "settings, said",
+    [
+        ({"max_new_token": 64}, "'max_new_token' is not one (did you mean 'max_new_tokens'?)"),
+        ({"usr": "llm"}, "'usr' is not one (did you mean 'user'?)"),
+        ({"family": "llama"}, "family must be one of"),
+        ({"user": "human"}, "user must be 'scripted' or 'llm'"),
+    ],
+)
+def test_a_misspelt_or_unknown_loop_setting_is_refused(settings, said):
+    """veRL hands any yaml key to the loop and its base class takes anything: a typo would run with
+    the default silently."""
+    with pytest.raises(InvalidOptionError, match=re.escape(said)):
+        TauAgentLoop(**settings)

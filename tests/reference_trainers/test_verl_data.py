@@ -159,3 +159,25 @@ def test_episode_spec_names_what_is_missing():
         vd.episode_spec(None)
     with pytest.raises(InvalidOptionError, match="task_id"):
         vd.episode_spec({"env_id": ENV_ID})
+
+
+@pytest.mark.parametrize("family", ["smollm2", "qwen", None])
+def test_sft_rows_render_with_the_familys_tool_template_not_the_models_own(example, tmp_path, family):
+    """The veRL SFT dataset renders as the tau_agent loop and the CPU trainers do (the family's tool
+    template, data.tau_family; null: the tokenizer's family), whatever template the model ships."""
+    from tau_env.reference_trainers.cpu_common import chat_template_for, tokenizer_family
+
+    src = tmp_path / "sft.jsonl"
+    src.write_text(json.dumps(example) + "\n", encoding="utf-8")
+    assert vd.main(["sft", str(src), str(tmp_path / "sft.parquet")]) == 0
+    tok = tiny_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # a model's own, tool-blind
+    cfg = OmegaConf.create({"max_length": 50000, "pad_mode": "no_padding", "truncation": "error", "tau_family": family})
+    ds = vd.TauSFTDataset(parquet_files=str(tmp_path / "sft.parquet"), tokenizer=tok, config=cfg)
+    want = chat_template_for(tok, family or tokenizer_family(tok))
+    assert ds.tokenizer.chat_template == want != "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    text = tok.decode(ds[0]["input_ids"])
+    assert '"name": "verify_identity"' in text and "<tool_call>" in text  # the calls are rendered
+    bad = OmegaConf.create({"max_length": 50000, "pad_mode": "no_padding", "tau_family": "llama"})
+    with pytest.raises(InvalidOptionError, match="data.tau_family must be one of"):
+        vd.TauSFTDataset(parquet_files=str(tmp_path / "sft.parquet"), tokenizer=tiny_tokenizer(), config=bad)
