@@ -14,6 +14,7 @@ set -euo pipefail
 PY="${PYTHON:-python}"
 ROOT="$(cd "$(dirname "$0")" && pwd)"
 CONFIGS="$ROOT/configs"
+. "$ROOT/launch/hydra_quote.sh"
 WORK="${WORK:-$(mktemp -d)}"
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
@@ -24,9 +25,9 @@ export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
   --task-id damaged_card_standard_expedited --task-id found_card_unlock
 
 ARGS=(
-  actor_rollout_ref.model.path="$MODEL"
-  data.train_files="$WORK/rl.parquet"
-  data.val_files="$WORK/rl.parquet"
+  actor_rollout_ref.model.path="$(hq "$MODEL")"
+  data.train_files="$(hq "$WORK/rl.parquet")"
+  data.val_files="$(hq "$WORK/rl.parquet")"
   data.train_batch_size=4
   data.max_prompt_length=8192
   data.max_response_length=4096
@@ -36,7 +37,7 @@ ARGS=(
   actor_rollout_ref.rollout.tensor_model_parallel_size=1
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1
   actor_rollout_ref.rollout.agent.num_workers=1
-  actor_rollout_ref.rollout.agent.agent_loop_config_path="$CONFIGS/tau_agent_loop.yaml"
+  actor_rollout_ref.rollout.agent.agent_loop_config_path="$(hq "$CONFIGS/tau_agent_loop.yaml")"
   actor_rollout_ref.actor.ppo_mini_batch_size=4
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1
   actor_rollout_ref.actor.use_dynamic_bsz=true
@@ -49,7 +50,7 @@ ARGS=(
   trainer.test_freq=-1
   trainer.save_freq=-1
   trainer.logger='[console]'
-  trainer.default_local_dir="$WORK/checkpoints"
+  trainer.default_local_dir="$(hq "$WORK/checkpoints")"
   "$@"
 )
 "$PY" -m tau_env.reference_trainers.verl_plugins --config-dir "$CONFIGS" --config-name tau_grpo \

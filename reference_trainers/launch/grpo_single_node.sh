@@ -12,15 +12,16 @@ set -euo pipefail
 : "${MODEL:?set MODEL to a Hugging Face model folder or id}"
 : "${TRAIN:?set TRAIN to an RL parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
+. "$(dirname "$0")/hydra_quote.sh"
 PY="${PYTHON:-python}"
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"
 
 ARGS=(
-  actor_rollout_ref.model.path="$MODEL"
-  data.train_files="$TRAIN"
-  data.val_files="${VAL:-$TRAIN}"
+  actor_rollout_ref.model.path="$(hq "$MODEL")"
+  data.train_files="$(hq "$TRAIN")"
+  data.val_files="$(hq "${VAL:-$TRAIN}")"
   actor_rollout_ref.rollout.name=vllm
-  actor_rollout_ref.rollout.agent.agent_loop_config_path="$CONFIGS/tau_agent_loop.yaml"
+  actor_rollout_ref.rollout.agent.agent_loop_config_path="$(hq "$CONFIGS/tau_agent_loop.yaml")"
   trainer.nnodes=1
   trainer.n_gpus_per_node="${GPUS:-8}"
   "$@"

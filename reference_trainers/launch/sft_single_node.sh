@@ -10,7 +10,8 @@ set -euo pipefail
 : "${MODEL:?set MODEL to a Hugging Face model folder or id}"
 : "${TRAIN:?set TRAIN to an SFT parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
+. "$(dirname "$0")/hydra_quote.sh"
 exec torchrun --standalone --nnodes=1 --nproc_per_node="${GPUS:-8}" -m verl.trainer.sft_trainer \
   --config-path "$CONFIGS" --config-name tau_sft \
-  model.path="$MODEL" data.train_files="$TRAIN" data.val_files="${VAL:-$TRAIN}" \
+  model.path="$(hq "$MODEL")" data.train_files="$(hq "$TRAIN")" data.val_files="$(hq "${VAL:-$TRAIN}")" \
   trainer.n_gpus_per_node="${GPUS:-8}" "$@"

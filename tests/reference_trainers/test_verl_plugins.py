@@ -232,3 +232,39 @@ def test_the_start_up_command_says_a_bad_config_in_one_line(overrides, said, cap
     assert vp.main([*argv, "actor_rollout_ref.model.path=/nowhere", *overrides]) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_launchers_pass_paths_with_hydra_syntax_in_them_as_one_value(tmp_path):
+    """A model or data path with spaces, parentheses, commas, '=', brackets or a quote reaches veRL
+    as that path (the launchers quote each for Hydra): the start-up check composes the config, and
+    veRL's launcher gets overrides that parse back to the same paths."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    odd = tmp_path / "run (copy), it's=[1]"
+    odd.mkdir()
+    model, train = odd / "model", odd / "rl.parquet"
+    launched = tmp_path / "launched.txt"
+    stub = tmp_path / "python"  # the real Python for the start-up check; veRL's launcher only recorded
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        f'if [ "$2" = tau_env.reference_trainers.verl_plugins ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
+        f'printf "%s\\n" "$@" > {shlex.quote(str(launched))}\n'
+    )
+    stub.chmod(0o755)
+    script = CONFIGS.parent / "launch" / "grpo_single_node.sh"
+    env = {**os.environ, "MODEL": str(model), "TRAIN": str(train), "PYTHON": str(stub), "GPUS": "1"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parser = OverridesParser.create()
+    values = {}
+    for arg in launched.read_text().splitlines():
+        if "=" in arg and not arg.startswith("-"):
+            o = parser.parse_override(arg)
+            values[o.key_or_group] = o.value()
+    assert values["actor_rollout_ref.model.path"] == str(model)
+    assert values["data.train_files"] == values["data.val_files"] == str(train)
