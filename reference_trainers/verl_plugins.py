@@ -68,9 +68,22 @@ from typing import Any
 import numpy as np
 import torch
 from tau_env.reference_trainers.objectives import group_loo_advantages
-from verl.trainer.ppo import core_algos
 
-from tau_env.error import Error, InvalidOptionError
+from tau_env.error import DependencyNotInstalled, Error, InvalidOptionError
+
+try:
+    from verl.trainer.ppo import core_algos
+except ImportError as e:  # the start-up command run where veRL is not installed: one line, not a traceback
+    if __name__ == "__main__":
+        import sys
+
+        sys.stderr.write(
+            f"python -m tau_env.reference_trainers.verl_plugins: error: veRL is not importable here ({e})\n"
+        )
+        raise SystemExit(2) from None
+    raise DependencyNotInstalled(
+        f"tau_env's veRL plugin needs veRL (pip install 'verl==0.9.1' in its own venv): {e}"
+    ) from e
 
 ESTIMATOR = "tau_loo"
 GROUP_ESTIMATOR = "tau_loo_group"

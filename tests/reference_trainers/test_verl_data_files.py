@@ -112,3 +112,17 @@ def test_a_task_id_given_twice_is_one_row(tmp_path):
     out = tmp_path / "rl.parquet"
     assert vd.main(["rl", ENV_ID, str(out), "--task-id", TASK, "--task-id", TASK]) == 0
     assert len(pd.read_parquet(out)) == 1
+
+
+def test_the_plugin_check_without_verl_is_one_line():
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("veRL is installed here: tests/reference_trainers/test_verl_plugins.py checks the command")
+    done = subprocess.run(
+        [sys.executable, "-m", "tau_env.reference_trainers.verl_plugins"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+    assert "error: veRL is not importable here" in done.stderr and "Traceback" not in done.stderr
