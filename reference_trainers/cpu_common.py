@@ -610,7 +610,18 @@ def content_digest(data: Any) -> str:
 #: Settings any trainer's resumed run may change: where and how fast it runs (threads, device,
 #: micro-batches, the prefix's gradient), how long (more steps continue it), how often it saves.
 RESUME_FREE_COMMON = frozenset(
-    {"out", "resume", "progress", "threads", "device", "save_every", "micro_batch", "prefix_grad", "steps"}
+    {
+        "out",
+        "resume",
+        "progress",
+        "threads",
+        "device",
+        "save_every",
+        "keep_checkpoints",
+        "micro_batch",
+        "prefix_grad",
+        "steps",
+    }
 )
 
 

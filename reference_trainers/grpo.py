@@ -28,6 +28,7 @@ log reward, advantage statistics, the masked fraction and tokens/s; checkpoints 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -41,8 +42,10 @@ from typing import Any
 
 import torch
 from tau_env.reference_trainers.checkpoint import (
+    find_checkpoint,
     load_checkpoint,
     open_run_dir,
+    read_info,
     restore_rng,
     save_checkpoint,
     starting_model,
@@ -89,8 +92,14 @@ class GRPOConfig:
     domain: str = opt("harbor-bank-v0", "environment id the episodes run on")
     tasks: str = opt("", "a task file to train on (empty: the environment's own tasks)")
     task_ids: list = opt([], "train only on these task ids (empty: every task of the pool)")
-    retrieval: str = opt("none", "retrieval configuration: none keeps the prompt short (no knowledge tools)")
-    max_steps: int = opt(16, "env step budget per episode (agent and user turns and tool calls)")
+    retrieval: str = opt(
+        "",
+        "retrieval configuration, e.g. none (a short prompt, no knowledge tools) or bm25; empty: the starting "
+        "checkpoint's (as its SFT was trained), else the environment's default",
+    )
+    max_steps: int = opt(
+        40, "env step budget per episode (agent and user turns and tool calls; a composite task takes ~30)"
+    )
     steps: int = opt(10, "optimizer steps")
     tasks_per_step: int = opt(2, "tasks sampled per step (the recipe: 64)")
     group_size: int = opt(4, "rollouts per task, G (the recipe: 8)")
@@ -122,6 +131,7 @@ class GRPOConfig:
     )
     family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: the checkpoint's, or from the tokenizer)")
     save_every: int = opt(5, "save a checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = opt(3, "checkpoints kept in OUT/checkpoints, the newest (older ones are deleted); 0: all")
     seed: int = opt(0, "seed of task sampling, rollouts and LoRA initialisation")
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     device: str = opt("auto", "where the model trains and rolls out: auto (a GPU when torch sees one), cpu, cuda[:N]")
@@ -133,7 +143,7 @@ class GRPOConfig:
     progress: bool = opt(True, "show a progress bar")
 
     def __post_init__(self) -> None:
-        for name in ("lora_rank", "lora_layers", "save_every", "threads"):
+        for name in ("lora_rank", "lora_layers", "save_every", "keep_checkpoints", "threads"):
             check_number(self, name, 0, integer=True)
         for name in ("max_steps", "steps", "tasks_per_step", "max_new_tokens", "max_context", "micro_batch"):
             check_number(self, name, 1, integer=True)
@@ -204,7 +214,21 @@ async def rollouts(policy: TokenPolicy, cfg: GRPOConfig, task_ids: list[str], se
         concurrency=cfg.concurrency if isinstance(policy, ServerTokenPolicy) else 1,
         **make_kwargs(cfg),
     )
-    return policy.trajectories(run.results)
+    trajs = policy.trajectories(run.results, unplayed="skip")
+    if len(trajs) < len(run.results):
+        log.warning(
+            "%d of %d episodes ended before the agent's first turn (--max-steps %d): left out",
+            len(run.results) - len(trajs),
+            len(run.results),
+            cfg.max_steps,
+        )
+    if run.results and all(str(r.termination_reason) == "max_steps" for r in run.results):
+        log.warning(
+            "every episode ran out of --max-steps %d before it ended (graded unfinished); raise --max-steps if "
+            "the tasks need more (a composite task takes ~30)",
+            cfg.max_steps,
+        )
+    return trajs
 
 
 class AdapterSync:
@@ -330,6 +354,11 @@ def train(cfg: GRPOConfig) -> Path:
 
 
 def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
+    if not cfg.retrieval and cfg.model:  # the prompt and tools the starting checkpoint was trained with
+        found = find_checkpoint(cfg.model)
+        trained = (read_info(found).get("agent") or {}) if found is not None else {}
+        if trained.get("retrieval"):
+            cfg = dataclasses.replace(cfg, retrieval=str(trained["retrieval"]))
     set_threads(cfg.threads or None)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
@@ -342,7 +371,6 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         ckpt = load_checkpoint(resume_from, for_training=True, device=cfg.device)
         model, tokenizer, start = ckpt.model, ckpt.tokenizer, ckpt.step
         family, template, lora = ckpt.info["family"], ckpt.chat_template, ckpt.info.get("lora")
-        log.info("resuming %s from step %d", out, start)
     else:
         if not cfg.model:
             raise InvalidOptionError("GRPO needs --model: a Hugging Face model folder or a trainer checkpoint.")
@@ -360,6 +388,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
     config = {**config_dict(cfg), "tasks_digest": tasks_digest(cfg.tasks)}
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
+        log.info("resuming %s from step %d", out, start)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     if ckpt is not None:
@@ -416,6 +445,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
             agent=agent,
             optimizer=optimizer,
             lora=lora,
+            keep=cfg.keep_checkpoints,
         )
 
     bar = progress_bar(cfg.steps, start, "grpo", cfg.progress)

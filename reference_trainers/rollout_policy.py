@@ -168,7 +168,7 @@ class TokenPolicy:
 
     # --- trajectories ------------------------------------------------------------------------------
     def trajectories(
-        self, results: Iterable[EpisodeResult] | None = None, *, clear: bool = True
+        self, results: Iterable[EpisodeResult] | None = None, *, clear: bool = True, unplayed: str = "raise"
     ) -> list[TokenTrajectory]:
         """The episodes' token trajectories (closing them).
 
@@ -179,9 +179,11 @@ class TokenPolicy:
                 order of ``results``; an episode without a result is left out. None: every
                 recorded episode, reward None.
             clear: Forget the returned episodes (the next call sees only new ones).
+            unplayed: A result with no recorded episode (it ended before the agent's first turn, or
+                another policy played it): ``"raise"``, or ``"skip"`` (left out).
 
         Raises:
-            InvalidOptionError: A result has no recorded episode (another policy played it).
+            InvalidOptionError: A result has no recorded episode and ``unplayed`` is ``"raise"``.
         """
         if results is None:
             out, used = [b.trajectory() for b in self._episodes], list(self._episodes)
@@ -190,10 +192,14 @@ class TokenPolicy:
             out, used = [], []
             for r in results:
                 b = by_key.get((r.task_id, r.seed))
+                if b is None and unplayed == "skip":
+                    continue
                 if b is None:
                     raise InvalidOptionError(
-                        f"No recorded episode for task {r.task_id!r} with seed {r.seed}: pass the results of "
-                        "episodes this policy (or its copies) played."
+                        f"No recorded episode for task {r.task_id!r} with seed {r.seed}: it ended before the "
+                        f"agent's first turn ({r.termination_reason}, after {r.steps} steps: a step budget too "
+                        "small?), or another policy played it: pass the results of episodes this policy (or its "
+                        "copies) played."
                     )
                 t = b.trajectory(r.reward, (r.agent_view or {}).get("messages"))
                 t.info.update(termination_reason=str(r.termination_reason), trial=r.trial)

@@ -99,6 +99,7 @@ class SFTConfig:
     retrieval: str = opt("", "its retrieval configuration, e.g. none or bm25 (empty: the env's default)")
     max_new_tokens: int = opt(256, "per-turn token cap recorded for evaluation")
     save_every: int = opt(20, "save a checkpoint every N steps, so a killed run resumes there (0: only at the end)")
+    keep_checkpoints: int = opt(3, "checkpoints kept in OUT/checkpoints, the newest (older ones are deleted); 0: all")
     seed: int = opt(0, "seed of the data order and LoRA initialisation")
     threads: int = opt(0, "torch CPU threads (0: torch's default)")
     device: str = opt("auto", "where the model trains: auto (a GPU when torch sees one), cpu, cuda[:N]")
@@ -111,7 +112,16 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         check_number(self, "epochs", 0, above=True)
-        for name in ("steps", "warmup_steps", "turn_prefixes", "lora_rank", "lora_layers", "save_every", "threads"):
+        for name in (
+            "steps",
+            "warmup_steps",
+            "turn_prefixes",
+            "lora_rank",
+            "lora_layers",
+            "save_every",
+            "keep_checkpoints",
+            "threads",
+        ):
             check_number(self, name, 0, integer=True)
         for name in ("batch_size", "micro_batch", "max_len", "max_new_tokens"):
             check_number(self, name, 1, integer=True)
@@ -211,7 +221,6 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         ckpt = load_checkpoint(resume_from, for_training=True, device=cfg.device)
         model, tokenizer, start = ckpt.model, ckpt.tokenizer, ckpt.step
         family, template = ckpt.info["family"], ckpt.chat_template
-        log.info("resuming %s from step %d", out, start)
     else:
         if not cfg.model:
             raise InvalidOptionError("SFT needs --model: a Hugging Face model folder or a trainer checkpoint.")
@@ -222,6 +231,7 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     config = {**config_dict(cfg), "data_digest": content_digest(examples)}
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
+        log.info("resuming %s from step %d", out, start)
     samples = [tokenize_sft_example(tokenizer, ex, template) for ex in examples]
     kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
     if len(kept) < len(samples):
@@ -276,6 +286,7 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
             agent=agent,
             optimizer=optimizer,
             lora=lora,
+            keep=cfg.keep_checkpoints,
         )
 
     order = batch_order(len(kept), total, cfg.batch_size, cfg.seed)

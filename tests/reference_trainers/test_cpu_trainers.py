@@ -454,7 +454,7 @@ def test_grpo_refuses_to_resume_a_run_with_other_settings(tiny_dir, tmp_path):
     tasks.write_text(json.dumps(row) + "\n", encoding="utf-8")
     cfg = grpo.GRPOConfig(
         model=str(tiny_dir), out=str(out), tasks=str(tasks), task_ids=["travel_notice_simple"], steps=1,
-        tasks_per_step=1, group_size=2, max_steps=4, max_new_tokens=4, lora_rank=4, progress=False,
+        tasks_per_step=1, group_size=2, max_steps=4, max_new_tokens=4, lora_rank=4, progress=False, retrieval="none",
     )  # fmt: skip
     first = grpo.train(cfg)
     for change, named in (({"lr": 1e-3}, "lr"), ({"group_size": 3}, "group-size"), ({"temperature": 0.5}, "temp")):
@@ -499,6 +499,7 @@ def test_one_grpo_step_on_real_rollouts(tiny_dir, tmp_path):
     cfg = grpo.GRPOConfig(
         model=str(tiny_dir), out=str(out), task_ids=["travel_notice_simple"], steps=1, tasks_per_step=1,
         group_size=2, max_steps=4, max_new_tokens=6, lora_rank=4, skip_zero_signal=False, progress=False,
+        retrieval="none",
     )  # fmt: skip
     path = grpo.train(cfg)
     assert path.name == "step-000001" and (path / INFO_FILE).is_file()

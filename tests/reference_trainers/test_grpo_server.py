@@ -197,7 +197,7 @@ def test_grpo_rolls_out_on_the_server_and_keeps_it_on_the_trained_weights(tiny_d
     cfg = grpo.GRPOConfig(
         model=str(tiny_dir), out=str(out), task_ids=[TASK], steps=2, tasks_per_step=1, group_size=2,
         max_steps=4, max_new_tokens=6, lora_rank=4, lr=0.05, progress=False, rollout_server=server.url,
-        mask_delta=10.0, is_cap=100.0,
+        mask_delta=10.0, is_cap=100.0, retrieval="none",
     )  # fmt: skip
     try:
         path = grpo.train(cfg)
@@ -238,7 +238,7 @@ def test_server_rollouts_need_lora_and_a_server_that_loads_adapters(tiny_dir, tm
     base, _ = _tok_model(tiny_dir)
     kw = dict(
         model=str(tiny_dir), task_ids=[TASK], steps=1, tasks_per_step=1, group_size=2, max_steps=4,
-        max_new_tokens=4, progress=False,
+        max_new_tokens=4, progress=False, retrieval="none",
     )  # fmt: skip
     server = MiniVLLM(base, lora=False)
     try:

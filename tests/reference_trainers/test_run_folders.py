@@ -155,3 +155,32 @@ def test_a_context_too_short_for_the_prompt_is_said(tiny_and_data, tmp_path, cap
     with caplog.at_level("WARNING"):
         grpo.train(cfg)
     assert "every episode reached --max-context 8 before the agent's first turn" in caplog.text
+
+
+def test_grpo_takes_the_starting_checkpoints_retrieval_and_warns_when_episodes_run_out_of_steps(
+    sft_run, tmp_path, caplog
+):
+    """README: grpo --model runs/sft ...: the prompt and tools SFT trained with, unless --retrieval
+    says otherwise; a step budget no episode finishes in is said (every group would be zero-signal)."""
+    base = dict(
+        model=str(sft_run[0]), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1, group_size=2,
+        max_new_tokens=4, progress=False, device="cpu",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        last = grpo.train(grpo.GRPOConfig(**base, out=str(tmp_path / "g1"), max_steps=1))
+    assert load_checkpoint(last).info["agent"]["retrieval"] == "none"  # the SFT run's (sft_run: retrieval none)
+    assert "every episode ran out of --max-steps 1" in caplog.text
+    assert (
+        "4 of 4 episodes ended before the agent's first turn" in caplog.text or "2 of 2 episodes ended" in caplog.text
+    )
+    last = grpo.train(grpo.GRPOConfig(**base, out=str(tmp_path / "g2"), max_steps=3, retrieval="grep"))
+    assert load_checkpoint(last).info["agent"]["retrieval"] == "grep"
+
+
+def test_keep_checkpoints_sets_how_many_stay(tiny_and_data, tmp_path):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    sft.train(_cfg(model, data, out, steps=4, keep_checkpoints=0))
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"step-00000{i}" for i in range(1, 5)]
+    sft.train(_cfg(model, data, out, steps=6, keep_checkpoints=2))  # a resumed run may change it
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000005", "step-000006"]
