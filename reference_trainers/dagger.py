@@ -293,10 +293,12 @@ def collect(
         if before == settings:
             return done
         differ = (
-            [k for k in settings if before.get(k) != settings[k]] if isinstance(before, dict) else ["(not recorded)"]
+            [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
+            if isinstance(before, dict)
+            else ["its settings are not recorded"]
         )
         raise ResultsFolderError(
-            f"{out} holds a DAgger round of other settings ({', '.join(differ)}); pass another --out for these."
+            f"{out} holds a DAgger round of other settings ({'; '.join(differ)}); pass another --out for these."
         )
     out.mkdir(parents=True, exist_ok=True)
     learner, info = checkpoint_policy(checkpoint, temperature=temperature, max_new_tokens=max_new_tokens, device=device)
