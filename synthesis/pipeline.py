@@ -117,18 +117,27 @@ def _open(
         "ids": ids,
         "weights": weights,
     }
+    from tau_env.synthesis.run import _Lock
+
     try:
         return RunFolder.create(path, settings)
     except SynthesisError:
         if not _produced_nothing(path):
             raise
+        try:  # a folder another run holds (still before its first verdict) is that run's: never cleared
+            lock = _Lock.acquire(path)
+        except SynthesisError:
+            raise
     # a first try that produced nothing (its model never answered, say): start the folder afresh
-    for name in _NOTHING_YET:
-        target = path / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists() or target.is_symlink():
-            target.unlink()
+    try:
+        for name in _NOTHING_YET:
+            target = path / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+    finally:
+        lock.release()
     return RunFolder.create(path, settings)
 
 
