@@ -372,7 +372,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     s.add_argument("--batch", type=_int(1), default=100, help="plans per batch; reflection runs between (default 100)")
     s.add_argument("--no-review", action="store_true", help="skip the LLM reviewer (verification still runs)")
-    s.add_argument("--workers", type=_int(1), default=1, help="verification processes (default 1)")
+    s.add_argument("--workers", type=_int(1, 64), default=1, help="verification processes, 1 to 64 (default 1)")
     s.add_argument(
         "--ids",
         choices=("plan", "domain"),  # templates.ID_STYLES, written out: building the parser imports nothing
@@ -414,7 +414,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     _seat_flags(s, "user", "user simulator (default: the scripted user)")
     s.add_argument("--trials", type=_int(1), default=1, help="rollouts per task (default 1)")
-    s.add_argument("--workers", type=_int(1), default=16, help="episodes in flight (default 16)")
+    s.add_argument("--workers", type=_int(1, 1024), default=16, help="episodes in flight, 1 to 1024 (default 16)")
     _common(s)
     s.set_defaults(fn=cmd_sft)
 
@@ -430,7 +430,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar=("LO", "HI"),
         help="keep tasks whose pass rate p has LO <= p <= HI (default 0.1 0.9)",
     )
-    s.add_argument("--workers", type=_int(1), default=16, help="episodes in flight (default 16)")
+    s.add_argument("--workers", type=_int(1, 1024), default=16, help="episodes in flight, 1 to 1024 (default 16)")
     _common(s)
     s.set_defaults(fn=cmd_rl)
 

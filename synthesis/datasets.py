@@ -48,6 +48,29 @@ def _policy(source: Any, seat: str) -> Any:
     return source
 
 
+def _rollouts_dir(out: Path, tasks_path: str | os.PathLike[str]) -> Path:
+    """``out/rollouts-<digest>``: the episodes of this task set. A run's task file changes (topped up,
+    decontaminated): its episodes go to a folder of their own instead of a results folder that
+    would refuse the new set; ``kept.jsonl`` and ``sft.jsonl`` are rebuilt from the current one.
+    """
+    from tau_env.tasks import load_tasks, task_set_digest
+
+    return out / f"{ROLLOUTS}-{task_set_digest(load_tasks(tasks_path))[:12]}"
+
+
+def _fresh_results(e: Exception, folder: Path, stage: str) -> Exception:
+    """A results folder that refused this stage's settings (another teacher, user or trials), as an
+    error that says what to do in a synthesis run (its stage has no --restart or --out).
+    """
+    from tau_env.error import ResultsFolderError
+
+    first = str(e).split(". Pass --restart")[0]
+    return ResultsFolderError(
+        f"{first}. `tau-env synth {stage}` plays into {folder}: delete that folder to play the tasks again with "
+        "these settings."
+    )
+
+
 def _env_factory(tasks_path: str | os.PathLike[str], domain_id: str, loader: Mapping[str, Any] | None) -> Any:
     kwargs = dict(loader or {})
     path = os.fspath(tasks_path)
@@ -115,7 +138,7 @@ async def build_sft(
     Args:
         tasks_path: A task file (e.g. a run's ``tasks.jsonl``).
         domain_id: The registered domain that plays them.
-        out_dir: Gets ``rollouts/`` (the harness's results folder), ``kept.jsonl`` (the kept
+        out_dir: Gets ``rollouts-<digest>/`` (the harness's results folder of this task set), ``kept.jsonl`` (the kept
             episodes), ``sft.jsonl`` (the examples, as ``tau-env export-sft`` writes them) and ``stats.json``.
         agent: The teacher: a :class:`~tau_env.llm.ChatClient`, its keyword settings as a dict, or a policy.
         user: The user seat, in the same forms; None for :class:`~tau_env.ScriptedUser`.
@@ -130,21 +153,27 @@ async def build_sft(
     Returns:
         The statistics (also written to ``out_dir/stats.json``).
     """
+    from tau_env.error import ResultsFolderError
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lengths = _task_lengths(tasks_path)
-    run = await tau_env.aevaluate(
-        _env_factory(tasks_path, domain_id, loader),
-        _policy(agent, "agent"),
-        _policy(user, "user"),
-        trials=trials,
-        seed=seed,
-        concurrency=concurrency,
-        out_dir=out / ROLLOUTS,
-        progress=progress,
-    )
+    rollouts = _rollouts_dir(out, tasks_path)
+    try:
+        run = await tau_env.aevaluate(
+            _env_factory(tasks_path, domain_id, loader),
+            _policy(agent, "agent"),
+            _policy(user, "user"),
+            trials=trials,
+            seed=seed,
+            concurrency=concurrency,
+            out_dir=rollouts,
+            progress=progress,
+        )
+    except ResultsFolderError as e:
+        raise _fresh_results(e, rollouts, "sft") from e
     del run
-    episodes = list(tau_sft.read_episodes(out / ROLLOUTS))
+    episodes = list(tau_sft.read_episodes(rollouts))
     successful = list(tau_sft.select(episodes))
     kept, dropped = [], {"failed": len(episodes) - len(successful), "loop": 0, "too_many_calls": 0}
     for ep in successful:
@@ -202,7 +231,7 @@ async def build_rl(
     Args:
         tasks_path: A task file (e.g. a run's ``composite.jsonl``).
         domain_id: The registered domain that plays them.
-        out_dir: Gets ``rollouts/`` (the harness's results folder), ``tasks.jsonl`` (the kept
+        out_dir: Gets ``rollouts-<digest>/`` (the harness's results folder of this task set), ``tasks.jsonl`` (the kept
             tasks, ``metadata["rollouts"] = {"n", "passed", "pass_rate"}``) and ``stats.jsonl``
             (one line per task, kept or not).
         policy: The policy under training: a ChatClient, its settings as a dict, or a policy.
@@ -222,19 +251,25 @@ async def build_rl(
         raise InvalidOptionError(f"rollouts must be an integer >= 1, got {rollouts!r}.")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    from tau_env.error import ResultsFolderError
+
     tasks: list[Task] = load_tasks(tasks_path)
-    await tau_env.aevaluate(
-        _env_factory(tasks_path, domain_id, loader),
-        _policy(policy, "agent"),
-        _policy(user, "user"),
-        trials=rollouts,
-        seed=seed,
-        concurrency=concurrency,
-        out_dir=out / ROLLOUTS,
-        progress=progress,
-    )
+    played = _rollouts_dir(out, tasks_path)
+    try:
+        await tau_env.aevaluate(
+            _env_factory(tasks_path, domain_id, loader),
+            _policy(policy, "agent"),
+            _policy(user, "user"),
+            trials=rollouts,
+            seed=seed,
+            concurrency=concurrency,
+            out_dir=played,
+            progress=progress,
+        )
+    except ResultsFolderError as e:
+        raise _fresh_results(e, played, "rl") from e
     counts: dict[str, list[int]] = {t.id: [0, 0] for t in tasks}
-    for ep in tau_sft.read_episodes(out / ROLLOUTS):
+    for ep in tau_sft.read_episodes(played):
         if ep.get("termination_reason") == "infrastructure_error" or ep["task_id"] not in counts:
             continue  # left out of the scores, as the harness does
         c = counts[ep["task_id"]]

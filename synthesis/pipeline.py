@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 import warnings
@@ -972,6 +973,7 @@ def run_decontaminate(
                     [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id in gone],
                 )
                 run.rewrite(name, [t.model_dump(mode="json", exclude_defaults=True) for t in tasks if t.id not in gone])
+        derived = _drop_derived(run.path, {r["id"] for r in removed_all})
         this_pass = {"task_ids": task_ids, "detectors": detectors}
         passes = [this_pass]
         before = run.read_json("decontamination.json", {}) or {}
@@ -1000,7 +1002,40 @@ def run_decontaminate(
             "kept": kept_n,
             "removed": len(removed_all),
             **{f"by {k}": v for k, v in by_detector.items()},
+            **{f"dropped from {k}": v for k, v in derived.items() if v},
         }
+
+
+#: What later stages made from a run's tasks, and the key of the task each row comes from.
+_DERIVED = (("sft/sft.jsonl", "task_id"), ("sft/kept.jsonl", "task_id"), ("rl/tasks.jsonl", "id"))
+
+
+def _drop_derived(run_path: Path, gone: set[str]) -> dict[str, int]:
+    """Remove the rows of removed tasks from the SFT examples and RL tasks already made from the run
+    (a run decontaminated after ``synth sft`` or ``synth rl``): a contaminated task must not stay in
+    the training data through them. Returns how many rows each file lost.
+    """
+    dropped: dict[str, int] = {}
+    for name, key in _DERIVED:
+        path = run_path / name
+        if not gone or not path.is_file():
+            continue
+        lines = path.read_text(encoding="utf-8").split("\n")
+        keep = []
+        for line in lines:
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                row = None
+            if isinstance(row, dict) and row.get(key) in gone:
+                continue
+            keep.append(line)
+        if len(keep) != len(lines):
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text("\n".join(keep), encoding="utf-8")
+            os.replace(tmp, path)
+            dropped[name] = len(lines) - len(keep)
+    return dropped
 
 
 def run_report(run_dir: str | Path) -> tuple[Path, Path]:

@@ -491,11 +491,37 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
             _usable(path, flag, "file")
             if path.exists() and source.exists() and path.samefile(source):
                 raise InvalidOptionError(f"{flag} {path} is the trajectory file being read; pass another path.")
+            if source.is_file() and args.run.is_dir() and path.absolute().parent == args.run.absolute():
+                raise InvalidOptionError(
+                    f"{flag} {path} is inside the results folder being read (its own files would be overwritten); "
+                    "pass a path outside it."
+                )
 
     def skipped(n: int, why: str) -> None:
         _out(f"({args.run}: line {n} is {why}; skipped)", file=sys.stderr)
 
-    n = export(args.run, args.jsonl, args.parquet, args.min_reward, greeting_turns=args.greeting_turns, on_skip=skipped)
+    # written under temporary names, then renamed: a failed export leaves the outputs as they were
+    temps = {p: p.with_name(f".{p.name}.tmp-{os.getpid()}") for p in (args.jsonl, args.parquet) if p is not None}
+    try:
+        n = export(
+            args.run,
+            temps.get(args.jsonl),
+            temps.get(args.parquet),
+            args.min_reward,
+            greeting_turns=args.greeting_turns,
+            on_skip=skipped,
+        )
+        if n == 0:
+            _out(
+                f"(no episode of {args.run} gives an SFT example: none has reward >= {args.min_reward:g} and an agent "
+                f"turn to train after its first {args.greeting_turns} agent turn(s); the output holds none)",
+                file=sys.stderr,
+            )
+        for final, tmp in temps.items():
+            os.replace(tmp, final)
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
     _out(f"wrote {n} examples" + "".join(f" to {p}" for p in (args.jsonl, args.parquet) if p))
     return 0
 

@@ -258,11 +258,13 @@ def export(
     """Write the SFT examples of ``source`` as JSONL and/or parquet; returns how many were written.
 
     Lines of ``source`` that are not episodes are skipped (``on_skip`` as in :func:`read_episodes`);
+    an episode whose agent has no turn after the ``greeting_turns`` (nothing to train) is left out;
     missing parent folders of the outputs are made.
     Text the model wrote is kept exactly; characters UTF-8 cannot hold (lone surrogates) are
     written as JSON escapes.
     """
     examples = [to_example(ep, greeting_turns) for ep in select(read_episodes(source, on_skip), min_reward)]
+    examples = [ex for ex in examples if any(ex["train"])]
     if jsonl is not None:
         Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
         with open(jsonl, "w", encoding="utf-8") as f:

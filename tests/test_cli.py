@@ -629,3 +629,17 @@ def test_a_pretty_printed_array_in_a_jsonl_file_is_named(tmp_path, capsys):
         )
         == 0
     )
+
+
+def test_export_sft_writes_nothing_into_the_results_folder_and_says_when_nothing_matched(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["eval", "--quiet", "--out", str(run), "--task", "found_card_unlock"]) == 0
+    config = (run / "config.json").read_text()
+    assert main(["export-sft", str(run), "--jsonl", str(run / "config.json")]) == 2
+    assert "inside the results folder being read" in capsys.readouterr().err
+    assert (run / "config.json").read_text() == config
+    out = tmp_path / "sft.jsonl"
+    assert main(["export-sft", str(run), "--jsonl", str(out)]) == 0 and out.read_text().strip()
+    assert main(["export-sft", str(run), "--jsonl", str(out), "--greeting-turns", "100"]) == 0
+    assert "no episode of" in capsys.readouterr().err and out.read_text() == ""
+    assert not list(tmp_path.glob(".sft.jsonl.tmp-*"))

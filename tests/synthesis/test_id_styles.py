@@ -19,6 +19,7 @@ from tau_env.synthesis.errors import SynthesisError
 from tau_env.synthesis.templates import ID_STYLES, IdAllocator
 
 import tau_env
+from tau_env.error import ResultsFolderError
 
 ENV = "harbor-bank-v0"
 CLI = [sys.executable, "-m", "tau_env.cli"]
@@ -148,5 +149,5 @@ def test_the_recipe_refuses_a_folder_of_the_other_style(tmp_path):
     recipe.same_synth(tmp_path / "none", "domain")  # no folder yet: nothing to refuse
     pipeline.run_tasks(tmp_path / "synth", ENV, n=2, batch=2)
     recipe.same_synth(tmp_path / "synth", "plan")
-    with pytest.raises(SystemExit, match="plan-style ids, not domain"):
+    with pytest.raises(ResultsFolderError, match="plan-style ids, not domain"):
         recipe.same_synth(tmp_path / "synth", "domain")

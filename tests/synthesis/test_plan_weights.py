@@ -21,6 +21,7 @@ from tau_env.synthesis.errors import SynthesisError
 from tau_env.synthesis.planner import Planner
 
 import tau_env
+from tau_env.error import ResultsFolderError
 
 ENV = "harbor-bank-v0"
 CLI = [sys.executable, "-m", "tau_env.cli"]
@@ -244,7 +245,7 @@ def test_the_recipe_parses_weights_and_refuses_a_folder_planned_otherwise(tmp_pa
             recipe.parse_weights(bad)
     pipeline.run_tasks(tmp_path / "synth", ENV, n=2, batch=2, weights={"failure:-": 4})
     recipe.same_synth(tmp_path / "synth", "plan", {"failure:-": 4.0})
-    with pytest.raises(SystemExit, match="planned with weights"):
+    with pytest.raises(ResultsFolderError, match="planned with weights"):
         recipe.same_synth(tmp_path / "synth", "plan", {})
-    with pytest.raises(SystemExit, match="planned with weights"):
+    with pytest.raises(ResultsFolderError, match="planned with weights"):
         recipe.same_synth(tmp_path / "synth", "plan", {"failure:-": 2.0})

@@ -43,3 +43,33 @@ def test_a_refused_second_command_leaves_the_running_runs_folder_alone(tmp_path)
     time.sleep(0.1)
     _open(run, "harbor-bank-v0", None, None, 7, True).close()  # free, nothing produced: a fresh start
     assert json.loads((run / "run.json").read_text())["seed"] == 7
+
+
+def test_sft_after_a_top_up_or_a_decontamination_plays_the_current_tasks_and_keeps_no_removed_one(tmp_path):
+    """A run topped up or decontaminated after ``synth sft``: its SFT examples lose the removed tasks
+    at once, and ``synth sft`` again plays the current task set (it was refused with flags the stage
+    does not have); another teacher on the same tasks is refused with what to delete."""
+    from tau_env.synthesis import pipeline
+
+    import tau_env
+    from tau_env.error import ResultsFolderError
+
+    def ids(path):
+        return {json.loads(x)["task_id"] for x in path.read_text().splitlines() if x.strip()}
+
+    out = tmp_path / "run"
+    pipeline.run_tasks(out, "harbor-bank-v0", n=12, batch=12, seed=0)
+    first = pipeline.run_sft(out, agent=tau_env.OracleAgent)
+    assert first["examples"] > 0
+    pipeline.run_tasks(out, n=16, batch=4)  # a top-up
+    again = pipeline.run_sft(out, agent=tau_env.OracleAgent)
+    tasks = {json.loads(x)["id"] for x in (out / "tasks.jsonl").read_text().splitlines() if x.strip()}
+    assert again["tasks"] == len(tasks) == 16 and ids(out / "sft" / "sft.jsonl") <= tasks
+    result = pipeline.run_decontaminate(out, against="harbor-bank-v0")
+    removed = {r["id"] for r in json.loads((out / "decontamination.json").read_text())["removed"]}
+    assert removed, "the planted overlap of this seed removes some tasks"
+    assert not ids(out / "sft" / "sft.jsonl") & removed and result.get("dropped from sft/sft.jsonl", 0) >= 0
+    third = pipeline.run_sft(out, agent=tau_env.OracleAgent)
+    assert third["tasks"] == 16 - len(removed) and not ids(out / "sft" / "sft.jsonl") & removed
+    with pytest.raises(ResultsFolderError, match="delete that folder to play the tasks again"):
+        pipeline.run_sft(out, agent=tau_env.NoopAgent)
