@@ -109,6 +109,15 @@ def _open(
         from tau_env.registry import registry
 
         registry.load_domain(domain_id, **({"data_dir": str(data_dir)} if data_dir is not None else {}))
+    if data_dir is not None:  # recorded absolute: a later stage may run from another folder
+        given = Path(data_dir).resolve()
+        data_dir = str(given)
+        try:
+            recorded = json.loads((path / "run.json").read_text(encoding="utf-8")).get("loader", {}).get("data_dir")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if isinstance(recorded, str) and Path(recorded).resolve() == given:
+            data_dir = recorded  # a run that recorded it as typed: the same folder is the same setting
     settings: dict[str, Any] = {
         "domain": domain_id,
         "loader": {"data_dir": str(data_dir)} if data_dir is not None else {},
@@ -739,6 +748,12 @@ def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, 
         if len(singles) < 2:
             raise SynthesisError(f"{run.path}: {len(singles)} accepted single-request tasks; compose needs at least 2.")
         kept = _tasks(run, "composite.jsonl")
+        earlier = [r.get("seed", 0) for r in run.stages("compose") if r.get("accepted")]
+        if kept and earlier and earlier[-1] != seed:  # a top-up draws the joins of its own seed
+            raise SynthesisError(
+                f"{run.path}/composite.jsonl was composed with --seed {earlier[-1]}, not {seed}: pass its seed to add "
+                "to it, or compose into another run folder."
+            )
         # a join whose later requests add nothing (e.g. a refusal after the same identity check) would
         # repeat a single's chain: duplicates of singles count too
         seen = {chain_signature(t) for t in [*singles, *kept]}
@@ -772,6 +787,7 @@ def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, 
         run.record_stage(
             "compose",
             {
+                "seed": seed,
                 "planned": tried,
                 "accepted": len(kept),
                 "problems": dict(problems),

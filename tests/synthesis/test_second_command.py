@@ -73,3 +73,27 @@ def test_sft_after_a_top_up_or_a_decontamination_plays_the_current_tasks_and_kee
     assert third["tasks"] == 16 - len(removed) and not ids(out / "sft" / "sft.jsonl") & removed
     with pytest.raises(ResultsFolderError, match="delete that folder to play the tasks again"):
         pipeline.run_sft(out, agent=tau_env.NoopAgent)
+
+
+def test_compose_with_another_seed_is_refused_and_a_relative_data_dir_is_recorded_absolute(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from tau_env.synthesis import pipeline
+
+    from tests.conftest import TAU3_DATA, shared_missing
+
+    out = tmp_path / "run"
+    pipeline.run_tasks(out, "harbor-bank-v0", n=40, batch=40, seed=0)
+    first = pipeline.run_compose(out, n=2, seed=0)
+    assert first["composite tasks"] >= 1
+    with pytest.raises(SynthesisError, match="composed with --seed 0, not 1"):
+        pipeline.run_compose(out, n=4, seed=1)
+    if shared_missing(TAU3_DATA / "tasks"):
+        pytest.skip("no tau3-banking data beside the project")
+    monkeypatch.chdir(TAU3_DATA.parent)
+    t3 = tmp_path / "t3"
+    pipeline._open(t3, "tau3-banking", Path(TAU3_DATA.name), None, 0, True).close()
+    recorded = json.loads((t3 / "run.json").read_text())["loader"]["data_dir"]
+    assert Path(recorded).is_absolute() and Path(recorded) == TAU3_DATA.resolve()
+    monkeypatch.chdir(tmp_path)  # from elsewhere, the same folder named absolutely continues it
+    pipeline._open(t3, "tau3-banking", TAU3_DATA.resolve(), None, 0, True).close()
