@@ -370,7 +370,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="the run's seed (default: 0 for a new run, the run's own when continuing)",
     )
-    s.add_argument("--batch", type=_int(1), default=100, help="plans per batch; reflection runs between (default 100)")
+    s.add_argument(
+        "--batch",
+        type=_int(1),
+        default=100,
+        help="plans per batch; reflection runs between (default 100). A stopped run resumed with the same "
+        "--batch gives the tasks an uninterrupted run would; another batch is allowed but plans other ones",
+    )
     s.add_argument("--no-review", action="store_true", help="skip the LLM reviewer (verification still runs)")
     s.add_argument("--workers", type=_int(1, 64), default=1, help="verification processes, 1 to 64 (default 1)")
     s.add_argument(
