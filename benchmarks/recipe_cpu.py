@@ -327,7 +327,11 @@ def run_workers(folder: Path, cmds: list[tuple[int, list[str]]], what: str, *, s
         rc = proc.wait()
         log.close()
         if rc != 0:
-            raise RuntimeError(f"{what} failed (exit {rc}): {' '.join(cmd)}; see {log.name}")
+            from tau_env.error import InfrastructureError
+
+            last = [x for x in Path(log.name).read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
+            why = f": {last[-1][:300]}" if last else ""
+            raise InfrastructureError(f"{what} failed (exit {rc}){why}; the command: {' '.join(cmd)}; see {log.name}")
 
 
 def evaluate(
@@ -990,9 +994,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args, model_dir, tmp)
     except KeyboardInterrupt:
-        print(f"{p.prog}: interrupted; the same command resumes from what is done", file=sys.stderr)
+        resumes = "; the same command resumes from what is done" if tmp is None else " (its temporary folder is gone)"
+        print(f"{p.prog}: interrupted{resumes}", file=sys.stderr)
         return 130
-    except (Error, RuntimeError) as e:
+    except Error as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
     finally:

@@ -284,15 +284,16 @@ class RunDir:
                 break
 
 
-def open_run_dir(out: str | Path, trainer: str) -> RunDir:
+def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
     """``--out`` made ready for a ``trainer`` (``sft``, ``grpo``) run, with its run's latest complete
     checkpoint (``latest``, None when there is none); ``close()`` it when the run ends.
 
     The folder is created (a file at its place, or above it, is refused), then locked: a second run
     in the same folder, of either trainer, is refused while this one lives. A folder holding another
     trainer's run is refused (its checkpoints, logs and plot are not this trainer's: start from it
-    with ``--model``). To start over (``--no-resume``), :meth:`RunDir.clear` it once the new run's
-    inputs have loaded: nothing is deleted for a command that fails anyway.
+    with ``--model``). To start over (``--no-resume``, ``resume=False``), :meth:`RunDir.clear` it
+    once the new run's inputs have loaded: nothing is deleted for a command that fails anyway; a run
+    whose latest record is damaged may be started over (it is what --no-resume is for).
     """
     from tau_env.harness.results import LOCK_NAME, FolderLock
 
@@ -319,7 +320,12 @@ def open_run_dir(out: str | Path, trainer: str) -> RunDir:
     try:
         found = find_checkpoint(out) if (out / "checkpoints").is_dir() else None
         if found is not None:
-            made_by = read_info(found).get("trainer")
+            try:
+                made_by = read_info(found).get("trainer")
+            except ResultsFolderError:
+                if resume:
+                    raise
+                made_by, found = trainer, None  # damaged: starting over is what is asked
             if made_by != trainer:
                 raise ResultsFolderError(
                     f"{out} holds a {made_by} run ({found.name}); {trainer} continues only its own runs: pass "

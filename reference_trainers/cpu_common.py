@@ -125,7 +125,7 @@ def load_model(path: str | Path, *, dtype: str = "float32", device: str = "cpu")
         )
     try:  # transformers' own errors name neither the folder nor the file at fault
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (MemoryError, KeyboardInterrupt):
+    except (MemoryError, KeyboardInterrupt, ImportError):  # a missing package is not a damaged folder
         raise
     except Exception as e:
         raise InvalidOptionError(
@@ -135,7 +135,7 @@ def load_model(path: str | Path, *, dtype: str = "float32", device: str = "cpu")
     target = resolve_device(device)  # before the weights load: a GPU that is not there is said at once
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=getattr(torch, dtype))
-    except (MemoryError, KeyboardInterrupt, torch.cuda.OutOfMemoryError):
+    except (MemoryError, KeyboardInterrupt, ImportError, torch.cuda.OutOfMemoryError):
         raise
     except Exception as e:
         raise InvalidOptionError(
@@ -386,6 +386,8 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             raise ResultsFolderError(f"{p} holds no SFT example (it is empty or blank); pass SFT JSONL.")
     if left_out:
         log.warning("left out %d SFT example(s) that train nothing or a broken call: %s", len(left_out), left_out[0])
+    if not out and not left_out:
+        raise ResultsFolderError("No SFT data given: pass export-sft JSONL files or synthesis run folders.")
     if not out:
         raise ResultsFolderError(f"No SFT example can be trained: {len(left_out)} left out, the first {left_out[0]}.")
     return out

@@ -363,7 +363,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
     pool = task_pool(cfg)  # a bad task file is said before the folder or a model is touched
-    run = open_run_dir(out, "grpo")  # a file there, a run of another trainer or a live one: said here
+    run = open_run_dir(out, "grpo", cfg.resume)  # a file there, a run of another trainer or a live one: said here
     stack.callback(run.close)
     resume_from = run.latest if cfg.resume else None
     ckpt = None

@@ -214,7 +214,7 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         raise InvalidOptionError(
             f"--steps/--epochs ask for more than {MAX_EXAMPLES:.0e} examples (steps x batch size); ask for fewer."
         )
-    run = open_run_dir(out, "sft")  # a file there, a run of another trainer or a live one: said here
+    run = open_run_dir(out, "sft", cfg.resume)  # a file there, a run of another trainer or a live one: said here
     stack.callback(run.close)
     resume_from = run.latest if cfg.resume else None
     if resume_from is not None:

@@ -352,11 +352,21 @@ def registered_in_fresh_process() -> dict[str, bool]:
         f"out[{AGENT_LOOP!r}] = {AGENT_LOOP!r} in loops\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise PluginNotRegistered("a fresh veRL process did not import verl within 600 s") from None
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise PluginNotRegistered(f"a fresh veRL process could not start: {tail}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    for line in reversed(done.stdout.strip().splitlines()):  # a plugin may print; the answer is the last JSON line
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    raise PluginNotRegistered("a fresh veRL process gave no answer (no JSON line on its output)")
 
 
 def compose_config(config_dir: str, config_name: str = "tau_grpo", overrides: list[str] | None = None) -> Any:

@@ -134,9 +134,9 @@ def _open(
     except SynthesisError:
         if not _produced_nothing(path):
             raise
-        try:  # a folder another run holds (still before its first verdict) is that run's: never cleared
-            lock = _Lock.acquire(path)
-        except SynthesisError:
+        lock = _Lock.acquire(path)  # a folder another run holds (before its first verdict) is that run's: refused
+        if not _produced_nothing(path):  # it produced something between the two looks: it is a run, keep it
+            lock.release()
             raise
     # a first try that produced nothing (its model never answered, say): start the folder afresh
     try:
@@ -748,7 +748,7 @@ def run_compose(run_dir: str | Path, *, n: int, seed: int = 0, llm: Any = None, 
         if len(singles) < 2:
             raise SynthesisError(f"{run.path}: {len(singles)} accepted single-request tasks; compose needs at least 2.")
         kept = _tasks(run, "composite.jsonl")
-        earlier = [r.get("seed", 0) for r in run.stages("compose") if r.get("accepted")]
+        earlier = [r["seed"] for r in run.stages("compose") if r.get("accepted") and "seed" in r]
         if kept and earlier and earlier[-1] != seed:  # a top-up draws the joins of its own seed
             raise SynthesisError(
                 f"{run.path}/composite.jsonl was composed with --seed {earlier[-1]}, not {seed}: pass its seed to add "

@@ -491,7 +491,7 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
             _usable(path, flag, "file")
             if path.exists() and source.exists() and path.samefile(source):
                 raise InvalidOptionError(f"{flag} {path} is the trajectory file being read; pass another path.")
-            if source.is_file() and args.run.is_dir() and path.absolute().parent == args.run.absolute():
+            if source.is_file() and args.run.is_dir() and path.resolve().parent == args.run.resolve():
                 raise InvalidOptionError(
                     f"{flag} {path} is inside the results folder being read (its own files would be overwritten); "
                     "pass a path outside it."

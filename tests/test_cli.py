@@ -635,8 +635,9 @@ def test_export_sft_writes_nothing_into_the_results_folder_and_says_when_nothing
     run = tmp_path / "run"
     assert main(["eval", "--quiet", "--out", str(run), "--task", "found_card_unlock"]) == 0
     config = (run / "config.json").read_text()
-    assert main(["export-sft", str(run), "--jsonl", str(run / "config.json")]) == 2
-    assert "inside the results folder being read" in capsys.readouterr().err
+    for spelled in (run / "config.json", run / ".." / run.name / "config.json"):
+        assert main(["export-sft", str(run), "--jsonl", str(spelled)]) == 2
+        assert "inside the results folder being read" in capsys.readouterr().err
     assert (run / "config.json").read_text() == config
     out = tmp_path / "sft.jsonl"
     assert main(["export-sft", str(run), "--jsonl", str(out)]) == 0 and out.read_text().strip()

@@ -76,6 +76,8 @@ def test_only_the_default_models_absence_skips(tmp_path, capsys, monkeypatch):
 
 
 def test_quick_keeps_a_given_out_and_a_failure_or_interrupt_is_one_line(tmp_path, capsys, monkeypatch):
+    from tau_env.error import InfrastructureError
+
     seen = {}
 
     def fake_run(args, model_dir, tmp):
@@ -84,7 +86,7 @@ def test_quick_keeps_a_given_out_and_a_failure_or_interrupt_is_one_line(tmp_path
 
     monkeypatch.setattr(recipe, "run", fake_run)
     for raised, code, said in (
-        (RuntimeError("evaluation failed (exit 2): ... ; see shard-0.log"), 2, "error: evaluation failed"),
+        (InfrastructureError("evaluation failed (exit 2): ... ; see shard-0.log"), 2, "error: evaluation failed"),
         (KeyboardInterrupt(), 130, "interrupted; the same command resumes"),
     ):
         seen["raise"] = raised
@@ -104,3 +106,17 @@ def test_a_rerun_with_other_data_settings_is_refused_by_flag(tmp_path):
     args.seed, args.synth_n = 1, 600
     with pytest.raises(ResultsFolderError, match=r"--seed: 0 there, 1 now; --synth-n: 400 there, 600 now"):
         recipe.same_data_settings(tmp_path, args)
+
+
+def test_a_failed_stage_says_its_reason_not_only_where_its_log_is(tmp_path):
+    import sys
+
+    from tau_env.error import InfrastructureError
+
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; print('noise'); print('tau-env: --agent-temperature must be >= 0'); sys.exit(2)",
+    ]
+    with pytest.raises(InfrastructureError, match=r"evaluation failed \(exit 2\): tau-env: --agent-temperature must"):
+        recipe.run_workers(tmp_path, [(0, cmd)], "evaluation", single_thread=True)

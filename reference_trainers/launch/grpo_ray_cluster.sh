@@ -31,6 +31,8 @@ ARGS=(
 )
 VERL_USE_EXTERNAL_MODULES="$PLUGIN" "$PY" -m tau_env.reference_trainers.verl_plugins \
   --config-dir "$CONFIGS" --config-name tau_grpo -- "${ARGS[@]}"
+# Ray runs the entrypoint through a shell: the arguments travel base64-encoded, as one plain word
+ENTRY=$("$PY" -m tau_env.reference_trainers.verl_launch --encode --config-path "$CONFIGS" --config-name tau_grpo "${ARGS[@]}")
 exec ray job submit --address="$RAY_ADDRESS" \
   --runtime-env-json="{\"env_vars\": {\"VERL_USE_EXTERNAL_MODULES\": \"$PLUGIN\"}}" \
-  -- "$PY" -m verl.trainer.main_ppo --config-path "$CONFIGS" --config-name tau_grpo "${ARGS[@]}"
+  -- "$PY" -m tau_env.reference_trainers.verl_launch "$ENTRY"

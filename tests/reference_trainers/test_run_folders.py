@@ -184,3 +184,22 @@ def test_keep_checkpoints_sets_how_many_stay(tiny_and_data, tmp_path):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"step-00000{i}" for i in range(1, 5)]
     sft.train(_cfg(model, data, out, steps=6, keep_checkpoints=2))  # a resumed run may change it
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000005", "step-000006"]
+
+
+def test_no_resume_starts_over_a_run_whose_latest_record_is_damaged(tiny_and_data, tmp_path):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    sft.train(_cfg(model, data, out, steps=2))
+    info = out / "checkpoints" / "step-000002" / "tau_env_trainer.json"
+    info.write_text('{"family": "smollm2", "agent": {"max_steps": 0}}')
+    with pytest.raises(ResultsFolderError, match="is damaged"):
+        sft.train(_cfg(model, data, out, steps=3))  # resuming it: refused
+    assert sft.train(_cfg(model, data, out, steps=1, resume=False)).name == "step-000001"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001"]
+
+
+def test_reading_no_sft_file_at_all_is_said():
+    from tau_env.reference_trainers.cpu_common import read_sft_jsonl
+
+    with pytest.raises(ResultsFolderError, match="No SFT data given"):
+        read_sft_jsonl([])

@@ -268,3 +268,68 @@ def test_the_launchers_pass_paths_with_hydra_syntax_in_them_as_one_value(tmp_pat
             values[o.key_or_group] = o.value()
     assert values["actor_rollout_ref.model.path"] == str(model)
     assert values["data.train_files"] == values["data.val_files"] == str(train)
+
+
+def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
+    """Ray joins a job's entrypoint with quotes only around whitespace and runs it through a shell:
+    the launcher sends the arguments base64-encoded (verl_launch), so a path with a comma,
+    parentheses or a quote reaches veRL's main_ppo as that path."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from tau_env.reference_trainers import verl_launch
+
+    odd = tmp_path / "run(1),it's"
+    odd.mkdir()
+    model, train = odd / "model", odd / "rl.parquet"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    entry = tmp_path / "entry.txt"
+    stub = bin_dir / "python"  # the real Python, but for the job's entrypoint, which it records
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        f'if [ "$2" = tau_env.reference_trainers.verl_launch ] && [ "$3" != --encode ]; then '
+        f'printf "%s\\n" "$@" > {shlex.quote(str(entry))}; exit 0; fi\n'
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    ray = bin_dir / "ray"  # ray job submit as Ray runs it: list2cmdline, then a shell
+    ray.write_text(
+        f"#!{sys.executable}\n"
+        "import subprocess, sys\n"
+        "cmd = sys.argv[sys.argv.index('--') + 1:]\n"
+        "sys.exit(subprocess.run(subprocess.list2cmdline(cmd), shell=True).returncode)\n"
+    )
+    for f in (stub, ray):
+        f.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "RAY_ADDRESS": "http://127.0.0.1:1",
+        "MODEL": str(model),
+        "TRAIN": str(train),
+        "NNODES": "1",
+        "PYTHON": str(stub),
+    }
+    script = CONFIGS.parent / "launch" / "grpo_ray_cluster.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = entry.read_text().splitlines()
+    assert words[:2] == ["-m", "tau_env.reference_trainers.verl_launch"] and len(words) == 3
+    args = verl_launch.decode(words[2])
+    assert args[:4] == ["--config-path", str(CONFIGS), "--config-name", "tau_grpo"]
+    parser = OverridesParser.create()
+    values = {o.key_or_group: o.value() for o in map(parser.parse_override, args[4:])}
+    assert values["actor_rollout_ref.model.path"] == str(model)
+    assert values["data.train_files"] == values["data.val_files"] == str(train)
+
+
+@given(st.lists(st.text(), max_size=6))
+def test_the_launch_encoding_round_trips_any_arguments(args):
+    from tau_env.reference_trainers import verl_launch
+
+    word = verl_launch.encode(args)
+    assert word.isascii() and all(c.isalnum() or c in "+/=" for c in word)
+    assert verl_launch.decode(word) == args
