@@ -71,6 +71,42 @@ def _fresh_results(e: Exception, folder: Path, stage: str) -> Exception:
     )
 
 
+async def _play(
+    stage: str,
+    out: Path,
+    tasks_path: str | os.PathLike[str],
+    domain_id: str,
+    loader: Mapping[str, Any] | None,
+    agent: Any,
+    user: Any,
+    trials: int,
+    *,
+    seed: int,
+    concurrency: int,
+    progress: bool,
+) -> Path:
+    """Play every task of ``tasks_path`` ``trials`` times into its task set's results folder
+    (:func:`_rollouts_dir`), resuming what is there; returns the folder.
+    """
+    from tau_env.error import ResultsFolderError
+
+    folder = _rollouts_dir(out, tasks_path)
+    try:
+        await tau_env.aevaluate(
+            _env_factory(tasks_path, domain_id, loader),
+            _policy(agent, "agent"),
+            _policy(user, "user"),
+            trials=trials,
+            seed=seed,
+            concurrency=concurrency,
+            out_dir=folder,
+            progress=progress,
+        )
+    except ResultsFolderError as e:
+        raise _fresh_results(e, folder, stage) from e
+    return folder
+
+
 def _env_factory(tasks_path: str | os.PathLike[str], domain_id: str, loader: Mapping[str, Any] | None) -> Any:
     kwargs = dict(loader or {})
     path = os.fspath(tasks_path)
@@ -153,26 +189,22 @@ async def build_sft(
     Returns:
         The statistics (also written to ``out_dir/stats.json``).
     """
-    from tau_env.error import ResultsFolderError
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lengths = _task_lengths(tasks_path)
-    rollouts = _rollouts_dir(out, tasks_path)
-    try:
-        run = await tau_env.aevaluate(
-            _env_factory(tasks_path, domain_id, loader),
-            _policy(agent, "agent"),
-            _policy(user, "user"),
-            trials=trials,
-            seed=seed,
-            concurrency=concurrency,
-            out_dir=rollouts,
-            progress=progress,
-        )
-    except ResultsFolderError as e:
-        raise _fresh_results(e, rollouts, "sft") from e
-    del run
+    rollouts = await _play(
+        "sft",
+        out,
+        tasks_path,
+        domain_id,
+        loader,
+        agent,
+        user,
+        trials,
+        seed=seed,
+        concurrency=concurrency,
+        progress=progress,
+    )
     episodes = list(tau_sft.read_episodes(rollouts))
     successful = list(tau_sft.select(episodes))
     kept, dropped = [], {"failed": len(episodes) - len(successful), "loop": 0, "too_many_calls": 0}
@@ -251,23 +283,20 @@ async def build_rl(
         raise InvalidOptionError(f"rollouts must be an integer >= 1, got {rollouts!r}.")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from tau_env.error import ResultsFolderError
-
     tasks: list[Task] = load_tasks(tasks_path)
-    played = _rollouts_dir(out, tasks_path)
-    try:
-        await tau_env.aevaluate(
-            _env_factory(tasks_path, domain_id, loader),
-            _policy(policy, "agent"),
-            _policy(user, "user"),
-            trials=rollouts,
-            seed=seed,
-            concurrency=concurrency,
-            out_dir=played,
-            progress=progress,
-        )
-    except ResultsFolderError as e:
-        raise _fresh_results(e, played, "rl") from e
+    played = await _play(
+        "rl",
+        out,
+        tasks_path,
+        domain_id,
+        loader,
+        policy,
+        user,
+        rollouts,
+        seed=seed,
+        concurrency=concurrency,
+        progress=progress,
+    )
     counts: dict[str, list[int]] = {t.id: [0, 0] for t in tasks}
     for ep in tau_sft.read_episodes(played):
         if ep.get("termination_reason") == "infrastructure_error" or ep["task_id"] not in counts:
