@@ -300,13 +300,16 @@ class AdapterSync:
 def group_logprobs(
     model: Any, group: list[TokenTrajectory], micro_batch: int, prefix_grad: bool = True
 ) -> tuple[torch.Tensor, int]:
-    """pi_theta of each trajectory's tokens ``[G, T]`` (0 on the shared prefix, run once per micro-batch)."""
+    """pi_theta of each trajectory's tokens ``[G, T]`` (0 on the shared prefix, run once per micro-batch,
+    and after a trajectory's last agent token: what the env added after it predicts nothing trained).
+    """
     width = max(len(t.input_ids) for t in group)
     rows, tokens = [], 0
     for i in range(0, len(group), micro_batch):
         part = group[i : i + micro_batch]
-        ids = [t.input_ids for t in part]
-        p = split_point(ids, [t.agent_mask for t in part])
+        ends = [max((k + 1 for k, m in enumerate(t.agent_mask) if m), default=1) for t in part]
+        ids = [t.input_ids[:end] for t, end in zip(part, ends)]
+        p = split_point(ids, [t.agent_mask[:end] for t, end in zip(part, ends)])
         logits, valid = prefix_shared_logits(model, ids, p, prefix_grad=prefix_grad)
         suffix = torch.tensor(
             [x[p:] + [0] * (logits.shape[1] - len(x) + p) for x in ids], dtype=torch.long, device=logits.device

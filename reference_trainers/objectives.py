@@ -117,6 +117,14 @@ def _finite_where(t: Tensor, mask: Tensor, name: str) -> None:
         )
 
 
+def _no_nan_or_plus_inf_where(t: Tensor, mask: Tensor, name: str) -> None:
+    if t.numel() and bool((torch.isnan(t.detach()[mask]) | torch.isposinf(t.detach()[mask])).any()):
+        raise InvalidOptionError(
+            f"{name}: NaN or +inf on agent tokens; a log-probability is finite, or -inf for a token the engine "
+            "gave probability 0"
+        )
+
+
 def _number(value: float, name: str, *, low: float, low_inclusive: bool = True) -> float:
     try:
         v = float(value)
@@ -126,6 +134,11 @@ def _number(value: float, name: str, *, low: float, low_inclusive: bool = True) 
         bound = f">= {low}" if low_inclusive else f"> {low}"
         raise InvalidOptionError(f"{name}: expected a number {bound}, got {value!r}")
     return v
+
+
+def _finite_mean(t: Tensor) -> float:
+    finite = t[torch.isfinite(t)]
+    return float(finite.mean()) if finite.numel() else 0.0
 
 
 def _compute_dtype(*tensors: Tensor) -> torch.dtype:
@@ -220,7 +233,7 @@ def sft_loss(logits: Tensor, input_ids: Tensor, loss_mask: Tensor, *, reduction:
             f"got range [{int(targets.min())}, {int(targets.max())}] on counted tokens"
         )
     if targets.numel() == 0:
-        return logits.sum() * 0.0
+        return logits[..., :0].sum()  # 0, on the graph, zero gradient (even where a logit is infinite)
     predictions = logits[:, :-1][counted].to(_compute_dtype(logits))  # [N, V]: only counted positions
     total = F.cross_entropy(predictions, targets, reduction="sum")
     return total / targets.numel() if reduction == "mean" else total
@@ -242,9 +255,11 @@ def loo_advantages(rewards: Tensor, *, sigma_eps: float = SIGMA_EPS) -> Tensor:
     sigma is the *population* standard deviation of the other ``G - 1`` rewards (divisor ``G - 1``, not
     ``G - 2``). It is the spread of those rewards as observed, and it is defined for every ``G >= 2``:
     with ``G = 2`` the one other reward has sigma = 0, so ``A(g) = R(g) - R(other)``, where the sample
-    standard deviation would be 0/0. (For ``G > 2`` the two differ only by the constant factor
-    ``sqrt((G-2)/(G-1))``, which the learning rate absorbs.) ``sigma_eps`` treats float noise of equal
-    rewards as 0.
+    standard deviation would be 0/0. For ``G > 2`` with every sigma(g) > 0 the two readings differ by
+    the constant factor ``sqrt((G-2)/(G-1))`` (the learning rate absorbs it); where some sigma(g) = 0
+    (no division there) they weigh the rollouts differently: rewards (0, 0, 1) give (-1, -1, 1) here
+    and (-0.707, -0.707, 1) with the sample standard deviation. ``sigma_eps`` treats float noise of
+    equal rewards as 0.
 
     A group whose rewards are all equal (including a group of one) gets exactly zero advantages, so it
     contributes zero gradient. The numerators ``R(g) - b(g)`` always sum to 0 over the group; the
@@ -343,10 +358,16 @@ def rollout_mask(logp_old: Tensor, logp_rollout: Tensor, agent_mask: Tensor, del
             \log \frac{\pi_{old}(x_{g,t})}{\pi_{rollout}(x_{g,t})}\Bigr), \qquad
         m(g) = \mathbb 1\bigl[\,1 - \delta \le \bar r(g) \le 1 + \delta\,\bigr]
 
-    with ``T_g`` the rollout's agent tokens and the log-ratio untruncated (the geometric mean of the
-    per-token ratios). Both bounds are included, up to :data:`MASK_LOG_TOLERANCE` in log space so that
-    float rounding of a ratio exactly at a bound keeps it in. ``delta >= 1`` leaves no lower bound. A
-    rollout without agent tokens has ``log r = 0`` and is kept (it contributes no tokens either way).
+    with ``T_g`` the rollout's agent tokens and the log-ratio **untruncated**: the geometric mean of
+    the per-token ratios pi_old / pi_rollout before the cap C of :func:`truncated_is_weights`. The
+    mask measures how far the engine drifted from the trainer, and capping each token's ratio first
+    would hide the largest drifts (one token at ratio e^20 among 100 at ratio 1 gives exp(0.2) = 1.22,
+    masked at delta = 0.1; capped at C = 2, exp(0.007), kept); veRL's ``seq_mean_k1`` rejection
+    reads the same untruncated statistic. A sampled token the engine gave log-probability -inf
+    (probability 0) makes the ratio infinite: the rollout is masked. Both bounds are included, up to
+    :data:`MASK_LOG_TOLERANCE` in log space so that float rounding of a ratio exactly at a bound keeps
+    it in. ``delta >= 1`` leaves no lower bound. A rollout without agent tokens has ``log r = 0`` and
+    is kept (it contributes no tokens either way).
 
     Args:
         logp_old: ``[G, T]`` trainer log-probabilities before the update.
@@ -364,7 +385,7 @@ def rollout_mask(logp_old: Tensor, logp_rollout: Tensor, agent_mask: Tensor, del
     _same_device(("logp_old", logp_old), ("logp_rollout", logp_rollout), ("agent_mask", mask))
     d = _number(delta, "delta", low=0.0)
     _finite_where(logp_old, mask, "logp_old")
-    _finite_where(logp_rollout, mask, "logp_rollout")
+    _no_nan_or_plus_inf_where(logp_rollout, mask, "logp_rollout")
     log_ratio = torch.where(mask, logp_old.detach().double() - logp_rollout.detach().double(), 0.0)
     mean_log = log_ratio.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     low = math.log(1.0 - d) if d < 1.0 else -math.inf
@@ -395,8 +416,12 @@ def grpo_loss(
     (masked rollouts included: masking removes a rollout's terms, it does not reweigh the others),
     ``rho = exp(lp_new - lp_old)`` per token, ``A`` from :func:`loo_advantages`, ``w`` from
     :func:`truncated_is_weights` with ``C = is_cap`` and ``m`` from :func:`rollout_mask` with
-    ``delta = mask_delta``. ``logp_old`` and ``logp_rollout`` are treated as constants. A group whose
-    rewards are all equal has ``A = 0`` and so exactly zero loss and gradient. Tokens outside
+    ``delta = mask_delta`` (the mask reads the untruncated ratio pi_old / pi_rollout, not w: see
+    :func:`rollout_mask`; a rollout with a -inf engine log-probability on an agent token is masked).
+    ``logp_old`` and ``logp_rollout`` are treated as constants. A rollout with ``A = 0`` contributes
+    exactly 0 (even with ``is_cap = inf`` and an overflowing weight), so a group whose rewards are all
+    equal has exactly zero loss and gradient. Where ``A > 0`` and ``rho`` is past ``1 + eps`` the
+    clipped term is the smaller and carries no gradient, also when ``rho`` itself would overflow. Tokens outside
     ``agent_mask`` and masked rollouts get exactly zero gradient even where ``logp_new`` is not finite
     (padding). With ``N = 0`` the loss is 0.
 
@@ -437,7 +462,7 @@ def grpo_loss(
     _number(mask_delta, "mask_delta", low=0.0)
     _finite_where(logp_new, mask, "logp_new")
     _finite_where(logp_old, mask, "logp_old")
-    _finite_where(logp_rollout, mask, "logp_rollout")
+    _no_nan_or_plus_inf_where(logp_rollout, mask, "logp_rollout")
 
     dtype = _compute_dtype(logp_new, logp_old, logp_rollout)
     old = torch.where(mask, logp_old.detach().to(dtype), 0.0)
@@ -449,8 +474,10 @@ def grpo_loss(
 
     # rho = 1 (and no gradient path) wherever a token does not count, so padding never reaches exp().
     log_rho = torch.where(keep, logp_new.to(dtype) - old, 0.0)
-    rho = torch.exp(log_rho)
     a = adv.unsqueeze(1)
+    # With A >= 0 and rho past 1 + eps the clipped term is the smaller: capping log rho a little above
+    # log(1 + eps) there changes no value and keeps exp() finite, so its gradient is 0, not 0 * inf.
+    rho = torch.exp(torch.where(a >= 0, log_rho.clamp(max=math.log1p(eps) + 1.0), log_rho))
     unclipped = rho * a
     clipped = rho.clamp(1.0 - eps, 1.0 + eps) * a
     surrogate = torch.minimum(unclipped, clipped)
@@ -458,7 +485,10 @@ def grpo_loss(
     if n_agent == 0:
         loss = (log_rho * 0.0).sum()
     else:
-        loss = -torch.where(keep, weights * surrogate, 0.0).sum() / n_agent
+        # the weight is zeroed (not the product) where a token does not count: an infinite weight there
+        # (is_cap = inf) would otherwise send 0 * inf = NaN back through the product's gradient
+        counted = torch.where(keep & (a != 0), weights, 0.0)
+        loss = -(counted * surrogate).sum() / n_agent
 
     with torch.no_grad():
         n_keep = int(keep.sum())
@@ -475,7 +505,7 @@ def grpo_loss(
             "clip_fraction": float((keep & (clipped < unclipped)).sum()) / n_keep if n_keep else 0.0,
             "is_weight_mean": float(weights[mask].mean()) if n_agent else 0.0,
             "is_truncated_fraction": float((raw_ratio[mask] > is_cap).double().mean()) if n_agent else 0.0,
-            "rollout_log_ratio_mean": float((old - roll)[mask].mean()) if n_agent else 0.0,
+            "rollout_log_ratio_mean": _finite_mean((old - roll)[mask]),
             "approx_kl": float(-log_rho[keep].mean()) + 0.0 if n_keep else 0.0,
             "agent_tokens": float(n_agent),
             "kept_agent_tokens": float(n_keep),

@@ -146,6 +146,9 @@ class TrajectoryBuilder:
             "generated_messages": [],
         }
         self._pending: list[int] | None = None  # the last generated turn, not closed yet
+        self._last_turn: tuple[int, list[int]] | None = None  # (sequence length after it, its ids)
+        self._open_prompt = 0  # trailing tokens that are a generation prompt no turn has answered yet
+        self._generation_prompt = ""  # the template's generation prompt text (``<|im_start|>assistant\n``)
         self._eot_text, self._eot_id, self._eot_len = "", None, 0
         self._started = self._closed = False
 
@@ -163,10 +166,38 @@ class TrajectoryBuilder:
         self.agent_mask += [mask] * len(ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
 
+    def _append_prompt(self, ids: list[int]) -> None:
+        """Append mask-0 ``ids`` that end with the generation prompt, remembering how many tokens it is."""
+        self._append(ids, 0)
+        tail = self.encode(self._generation_prompt) if self._generation_prompt else []
+        self._open_prompt = len(tail) if tail and ids[-len(tail) :] == tail else 0
+
+    def _drop_open_prompt(self) -> None:
+        """Take back a generation prompt that no generated turn followed (the sequence goes on with the
+        env's messages, or ends): the template renders no empty assistant header there.
+        """
+        if self._open_prompt:
+            del self.input_ids[-self._open_prompt :], self.agent_mask[-self._open_prompt :]
+            del self.logprobs[-self._open_prompt :]
+            self._open_prompt = 0
+
+    def _owed_end(self, ids: list[int]) -> str:
+        """The end-of-turn text the template still puts after a generated turn of ``ids``."""
+        if self._eot_id is not None and ids and ids[-1] == self._eot_id:
+            return self._eot_text[self._eot_len :]
+        return self._eot_text
+
     @property
     def prompt_ids(self) -> list[int]:
         """The sequence so far (a copy)."""
         return list(self.input_ids)
+
+    @property
+    def end_of_turn_tokens(self) -> int:
+        """How many tokens the template's end-of-turn text adds after a turn that stopped without it
+        (a turn cut at its token limit); 0 before :meth:`start`.
+        """
+        return len(self.encode(self._eot_text)) if self._eot_text else 0
 
     @property
     def eot_token_id(self) -> int | None:
@@ -184,7 +215,10 @@ class TrajectoryBuilder:
             raise RolloutError("This builder has started already: use one TrajectoryBuilder per episode.")
         self._started = True
         self.messages = copy.deepcopy(list(messages))
-        self._append(self.encode(self.render(self.messages, add_generation_prompt=True)), 0)
+        prompt = self.render(self.messages, add_generation_prompt=True)
+        plain = self.render(self.messages, add_generation_prompt=False)
+        self._generation_prompt = prompt[len(plain) :] if prompt.startswith(plain) else ""
+        self._append_prompt(self.encode(prompt))
         # the template's text after an assistant turn's content: its end-of-turn
         closed = self.render([*self.messages, {"role": "assistant", "content": PLACEHOLDER}])
         at = closed.rfind(PLACEHOLDER)
@@ -227,7 +261,8 @@ class TrajectoryBuilder:
                 f"{len(logprobs)} log-probabilities."
             )
         self._append(token_ids, 1, logprobs)
-        self._pending = token_ids
+        self._pending, self._open_prompt = token_ids, 0
+        self._last_turn = (len(self.input_ids), token_ids)
         self.info["turns"] += 1
         if finish_reason is not None:
             self.info.setdefault("finish_reasons", []).append(finish_reason)
@@ -237,10 +272,10 @@ class TrajectoryBuilder:
         ids, self._pending = self._pending, None
         if ids is None:
             return ""
-        if self._eot_id is not None and ids and ids[-1] == self._eot_id:
-            return self._eot_text[self._eot_len :]
-        self.info["eot_added"] += 1
-        return self._eot_text
+        owed = self._owed_end(ids)
+        if owed == self._eot_text:
+            self.info["eot_added"] += 1
+        return owed
 
     def add_messages(
         self,
@@ -264,6 +299,8 @@ class TrajectoryBuilder:
             raise RolloutError("add_messages needs a started, open builder: call start(messages) first.")
         new_messages = copy.deepcopy(list(new_messages))
         generated = self._pending is not None
+        if not generated:
+            self._drop_open_prompt()
         owed = self._close_turn()
         history = self.messages
         if generated:
@@ -279,7 +316,11 @@ class TrajectoryBuilder:
                 f"follow (it changed after {len(before)} characters), so the sequence cannot be extended token "
                 "by token; use a template that renders each turn independently of later ones."
             )
-        self._append(self.encode(owed + after[len(before) :]), 0)
+        added = self.encode(owed + after[len(before) :])
+        if add_generation_prompt:
+            self._append_prompt(added)
+        else:
+            self._append(added, 0)
         recorded = assistant_message or {"role": "assistant", "content": None}
         if generated:
             self.info["generated_messages"].append(len(self.messages))
@@ -332,6 +373,30 @@ class TrajectoryBuilder:
                 )
         if self._pending is not None:
             self._append(self.encode(self._close_turn()), 0)
+        self._drop_open_prompt()
+        self._closed = True
+
+    def end_at_last_turn(self) -> None:
+        """End the sequence right after the last generated turn (its end-of-turn text included) and
+        close it: what the env added since, and the generation prompt after it, are taken back, and the
+        chat is cut after the env's record of that turn. For a prompt that left no room to generate
+        (the policy's ``max_context``): the sequence keeps every agent token and nothing after them
+        that no agent token was sampled from. Before any generated turn, only the open generation
+        prompt is taken back.
+        """
+        if self._closed or not self._started:
+            self._closed = True
+            return
+        if self._pending is not None:  # the last turn has not been followed by anything yet
+            self._append(self.encode(self._close_turn()), 0)
+        elif self._last_turn is not None:
+            end, ids = self._last_turn
+            del self.input_ids[end:], self.agent_mask[end:], self.logprobs[end:]
+            self._append(self.encode(self._owed_end(ids)), 0)
+            self.messages = self.messages[: self.info["generated_messages"][-1] + 1]
+            self._open_prompt = 0
+        else:
+            self._drop_open_prompt()
         self._closed = True
 
     def trajectory(

@@ -27,8 +27,10 @@ its own seed (``aevaluate`` does, per trial; it also seeds the sampling), and an
 again with the same pair replaces the earlier one (a retry after a server failure).
 
 When ``max_context`` is set and the next prompt leaves no room to generate, the policy stops
-generating for the episode: ``info["context_overflow"]`` is set and it answers with an empty
-message until the episode ends (the harness's loop rule ends it after a few such turns).
+generating for the episode: ``info["context_overflow"]`` is set, the trajectory ends with the last
+turn it sampled (and that turn's end-of-turn text: it stays within ``max_context``), and it answers
+with an empty message until the episode ends (the harness's loop rule ends it after a few such
+turns).
 """
 
 from __future__ import annotations
@@ -145,10 +147,12 @@ class TokenPolicy:
         room = (
             self.max_new_tokens
             if self.max_context is None
-            else min(self.max_new_tokens, self.max_context - len(prompt))
+            # the template's end of the turn still follows a turn cut at the limit
+            else min(self.max_new_tokens, self.max_context - len(prompt) - b.end_of_turn_tokens)
         )
         if room < 1:
             b.info["context_overflow"] = True
+            b.end_at_last_turn()  # the trajectory ends with the last turn sampled, within max_context
             return {"role": "assistant", "content": ""}
         self._turn += 1
         ids, logprobs, finish = await self._generate(prompt, room, self.seed * 1009 + self._turn)

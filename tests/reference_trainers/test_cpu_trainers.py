@@ -545,6 +545,32 @@ def test_grpo_gradient_reaches_only_agent_tokens(tiny_dir):
     assert torch.isfinite(full_loss) and stats["advantage_std"] > 0
 
 
+def test_grpo_logprobs_equal_a_plain_forward_on_agent_tokens(tiny_dir):
+    """group_logprobs (shared prefix, sequences cut after their last agent token) gives each agent token
+    the log-probability a plain forward pass over the whole sequence gives it."""
+    from tau_env.reference_trainers.objectives import token_logprobs
+
+    model, tok = _tok_model(tiny_dir)
+    seq = tok.encode(
+        "<|im_start|>system\nhello there, this is a shared prompt<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    trajs = []
+    for gen, tail in (("ok then", "\n<|im_start|>user\nbye now, and a long reply after it<|im_end|>"), ("no", "")):
+        extra = tok.encode(gen + "<|im_end|>")
+        ids = seq + extra + tok.encode(tail)
+        mask = [0] * len(seq) + [1] * len(extra) + [0] * (len(ids) - len(seq) - len(extra))
+        trajs.append(TokenTrajectory("t", 0, ids, mask, [0.0] * len(ids), 1.0))
+    with torch.no_grad():
+        logp, _ = grpo.group_logprobs(model, trajs, 1)
+        for row, t in zip(logp, trajs):
+            want = token_logprobs(model(torch.tensor([t.input_ids])).logits.float(), torch.tensor([t.input_ids]))[0]
+            on = torch.tensor(t.agent_mask, dtype=torch.bool)
+            assert torch.allclose(row[: len(t.input_ids)][on], want[on], atol=1e-4)
+            last = max(k for k, m in enumerate(t.agent_mask) if m)
+            assert not row[last + 1 :].any()  # nothing computed for the env's messages after the last turn
+
+
 def test_eval_plays_a_checkpoint_in_process(tiny_dir, sft_file, tmp_path):
     from tau_env.cli import main
 

@@ -464,3 +464,125 @@ def test_low_precision_logits_are_scored_in_float32():
     assert lp.dtype == torch.float32
     assert close(lp, [[0.0, LN(1 / 3), LN(1 / 4)]], tol=1e-2)
     assert sft_loss(logits, HAND_IDS, torch.tensor([[0, 0, 1]])).dtype == torch.float32
+
+
+# ---------------------------------------------------------------------------------------------------------
+# grpo_loss against a loop-by-loop reading of the issue's equations, and its extreme values
+
+
+def _spec_loss(new, old, roll, rewards, agent, eps, cap, delta):
+    """The issue's objective written out token by token in plain Python (the mask on the untruncated ratio)."""
+    g_count = len(new)
+    adv = []
+    for g in range(g_count):
+        others = rewards[:g] + rewards[g + 1 :]
+        if not others or len(set(rewards)) == 1:
+            adv.append(0.0)
+            continue
+        b, s = statistics.fmean(others), statistics.pstdev(others)
+        adv.append((rewards[g] - b) / s if s > 1e-6 else rewards[g] - b)
+    total, count = 0.0, 0
+    for g in range(g_count):
+        tokens = [t for t, on in enumerate(agent[g]) if on]
+        count += len(tokens)
+        if not tokens:
+            continue
+        mean_log = sum(old[g][t] - roll[g][t] for t in tokens) / len(tokens)
+        low = math.log(1 - delta) if delta < 1 else -math.inf
+        if not low - 1e-6 <= mean_log <= math.log1p(delta) + 1e-6:
+            continue
+        for t in tokens:
+            w = min(math.exp(old[g][t] - roll[g][t]), cap)
+            rho = math.exp(new[g][t] - old[g][t])
+            total += w * min(rho * adv[g], min(max(rho, 1 - eps), 1 + eps) * adv[g])
+    return -total / count if count else 0.0
+
+
+@st.composite
+def _groups(draw):
+    g, t = draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    lp = st.floats(-4, 0, allow_nan=False)
+    old = [[draw(lp) for _ in range(t)] for _ in range(g)]
+    noise = draw(st.sampled_from([0.0, 0.05, 0.5]))
+    roll = [[o + draw(st.floats(-noise, noise)) if noise else o for o in row] for row in old]
+    new = [[o + draw(st.floats(-1, 1)) for o in row] for row in old]
+    agent = [[draw(st.booleans()) for _ in range(t)] for _ in range(g)]
+    rewards = [draw(st.sampled_from([0.0, 0.25, 1.0, 3.0])) for _ in range(g)]
+    return new, old, roll, rewards, agent
+
+
+@settings(max_examples=150, deadline=None)
+@given(_groups(), st.sampled_from([0.0, 0.2, 0.5]), st.sampled_from([1.0, 2.0, 10.0]), st.sampled_from([0.0, 0.1, 0.3]))
+def test_grpo_loss_is_the_issues_equation_token_by_token(group, eps, cap, delta):
+    new, old, roll, rewards, agent = group
+    f64 = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    loss, _ = grpo_loss(
+        f64(new), f64(old), f64(roll), f64(rewards), torch.tensor(agent), clip_eps=eps, is_cap=cap, mask_delta=delta
+    )
+    want = _spec_loss(new, old, roll, rewards, agent, eps, cap, delta)
+    assert abs(float(loss) - want) <= 1e-6 * max(1.0, abs(want))
+
+
+def test_the_rollout_mask_reads_the_untruncated_ratio():
+    """One token at ratio e^20 among 99 at ratio 1: the geometric mean is exp(0.2) = 1.22, outside
+    [0.9, 1.1], so the rollout is masked; capping each ratio at C = 2 first would give exp(0.007), kept."""
+    old = torch.zeros(1, 100)
+    roll = torch.zeros(1, 100)
+    roll[0, 0] = -20.0
+    agent = torch.ones(1, 100)
+    assert rollout_mask(old, roll, agent, 0.1).tolist() == [0.0]
+    _, stats = grpo_loss(old, old, roll, torch.tensor([0.0]), agent, is_cap=2.0, mask_delta=0.1)
+    assert stats["masked_fraction"] == 1.0
+
+
+def test_a_minus_infinite_engine_logprob_masks_its_rollout():
+    new = torch.full((2, 3), -1.0, requires_grad=True)
+    roll = torch.tensor([[-1.0, -math.inf, -1.0], [-1.0, -1.0, -1.0]])
+    agent = torch.ones(2, 3)
+    assert rollout_mask(new.detach(), roll, agent, 0.1).tolist() == [0.0, 1.0]
+    loss, stats = grpo_loss(new, new.detach(), roll, torch.tensor([1.0, 0.0]), agent)
+    loss.backward()
+    assert stats["masked_fraction"] == 0.5 and math.isfinite(stats["rollout_log_ratio_mean"])
+    # the kept rollout: A = -1, w = rho = 1 on 3 of the group's 6 agent tokens -> loss = 3 / 6
+    assert close(loss, 0.5) and torch.isfinite(new.grad).all() and not new.grad[0].any()
+    with pytest.raises(InvalidOptionError, match="logp_rollout"):
+        grpo_loss(new, new.detach(), torch.full((2, 3), math.nan), torch.tensor([1.0, 0.0]), agent)
+
+
+def test_an_overflowing_ratio_on_the_clipped_side_has_zero_gradient_not_nan():
+    """A > 0 and lp_new - lp_old = 90 (rho = e^90 overflows float32): the clipped term is the smaller,
+    so the token's gradient is 0."""
+    new = torch.tensor([[0.0, 0.0], [0.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[0.0, 0.0], [-90.0, 0.0]])
+    loss, _ = grpo_loss(new, old, old, torch.tensor([0.0, 1.0]), torch.ones(2, 2), mask_delta=1e9, is_cap=1e9)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(new.grad).all()
+    assert new.grad[1, 0] == 0 and new.grad[1, 1] != 0
+
+
+def test_equal_rewards_give_zero_gradient_even_without_truncation():
+    """is_cap = inf and a weight that overflows (e^100): a group whose rewards are equal still gives 0."""
+    new = torch.zeros(2, 3, requires_grad=True)
+    roll = torch.tensor([[0.0, -100.0, 0.0], [0.0, 0.0, 0.0]])
+    agent = torch.ones(2, 3)
+    loss, _ = grpo_loss(new, new.detach(), roll, torch.tensor([1.0, 1.0]), agent, is_cap=math.inf, mask_delta=1e30)
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and torch.equal(new.grad, torch.zeros(2, 3))
+
+
+def test_old_and_rollout_logprobs_are_constants_inside_grpo_loss():
+    new = torch.tensor([[-1.0, -0.5], [-0.2, -0.9]], requires_grad=True)
+    old = (new.detach() + 0.05).requires_grad_()
+    roll = (new.detach() - 0.03).requires_grad_()
+    loss, _ = grpo_loss(new, old, roll, torch.tensor([1.0, 0.0]), torch.ones(2, 2))
+    loss.backward()
+    assert old.grad is None and roll.grad is None and new.grad.abs().sum() > 0
+
+
+def test_sft_loss_without_counted_tokens_is_zero_even_with_infinite_logits():
+    logits = torch.zeros(1, 3, 4)
+    logits[0, 1, 2] = math.inf
+    logits.requires_grad_()
+    loss = sft_loss(logits, torch.tensor([[1, 2, 3]]), torch.zeros(1, 3))
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and torch.equal(logits.grad, torch.zeros(1, 3, 4))

@@ -226,11 +226,12 @@ def conversations(draw):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(msgs=conversations(), cut=st.sets(st.integers(0, 20), max_size=2))
-def test_any_conversation_rebuilds_token_by_token(qwen_tok, msgs, cut):
-    b, generated = _play(qwen_tok, msgs, truncate=cut)
+def test_any_conversation_rebuilds_token_by_token(family_tok, msgs, cut):
+    _, tok = family_tok
+    b, generated = _play(tok, msgs, truncate=cut)
     t = b.trajectory()
-    full = qwen_tok.apply_chat_template(msgs, tools=TOOLS, tokenize=False)
-    assert qwen_tok.decode(t.input_ids, skip_special_tokens=False) == full
+    full = tok.apply_chat_template(msgs, tools=TOOLS, tokenize=False)
+    assert tok.decode(t.input_ids, skip_special_tokens=False) == full
     assert _segments(t.input_ids, t.agent_mask) == [g for g in generated.values() if g]
     assert t.info["eot_added"] == len(cut & set(generated))
 
@@ -429,6 +430,78 @@ def test_copies_share_the_episodes_of_a_run(qwen_tok):
     assert [t.reward for t in trajs] == [r.reward for r in run.results]
     with pytest.raises(InvalidOptionError, match="No recorded episode"):
         policy.trajectories(run.results)  # handed out already
+
+
+class _CappedTokens(TokenPolicy):
+    """Emits one scripted text per turn, cut at the room it is given (log-probability -0.25 each)."""
+
+    def __init__(self, tokenizer, text, **kw):
+        super().__init__(tokenizer, **kw)
+        self.text, self.turns = text, []
+
+    async def _generate(self, prompt, max_new_tokens, seed):
+        ids = self.tokenizer.encode(self.text + "<|im_end|>", add_special_tokens=False)[:max_new_tokens]
+        self.turns.append(ids)
+        return ids, [-0.25] * len(ids), "stop" if len(ids) < max_new_tokens else "length"
+
+
+@pytest.mark.parametrize("turns_room", [1, 2])
+def test_context_overflow_ends_the_trajectory_at_the_last_turn(family_tok, turns_room):
+    """When the next prompt leaves no room, the trajectory ends with the last sampled turn: no dangling
+    generation prompt, nothing the env added after it, within max_context, and it still decodes to the
+    template's render of its (cut) chat with mask 1 exactly on the sampled tokens."""
+    family, tok = family_tok
+    env = tau_env.make(ENV_ID)
+    env.reset(seed=3, options={"task_id": TASK})
+    obs = env.observe("agent")
+    from tau_env.reference_trainers.chat_templates import TEMPLATES
+
+    first = len(TrajectoryBuilder(tok, obs["tools"], TEMPLATES[family]).sync(obs["messages"]))
+    policy = _CappedTokens(tok, "Let me check that for you.", family=family, max_new_tokens=16)
+    policy.max_context = first + 30 * turns_room  # room for `turns_room` turns, not for every reply after them
+    result = _episode(policy, user=lambda obs: {"role": "assistant", "content": "Please go on."})
+    [t] = policy.trajectories([result])
+    assert t.info["context_overflow"] and t.info["turns"] == len(policy.turns) >= 1
+    assert len(t.input_ids) <= policy.max_context
+    assert t.messages[-1]["role"] == "assistant"  # the chat ends with the env's record of the last turn
+    text = tok.decode(t.input_ids, skip_special_tokens=False)
+    want = tok.apply_chat_template(t.messages, tools=obs["tools"], tokenize=False, chat_template=TEMPLATES[family])
+    assert text == want
+    assert "<|im_start|>assistant\n<|im_start|>" not in text and not text.endswith("<|im_start|>assistant\n")
+    assert _segments(t.input_ids, t.agent_mask) == [ids for ids in policy.turns]
+    assert all(lp == -0.25 for lp, m in zip(t.rollout_logprobs, t.agent_mask) if m)
+
+
+def test_overflow_before_any_turn_leaves_the_first_prompt_without_its_generation_prompt(family_tok):
+    family, tok = family_tok
+    policy = _CappedTokens(tok, "Hello.", family=family, max_new_tokens=16, max_context=50)
+    result = _episode(policy)
+    [t] = policy.trajectories([result])
+    assert t.info["context_overflow"] and t.num_agent_tokens == 0 and not policy.turns
+    from tau_env.reference_trainers.chat_templates import TEMPLATES
+
+    want = tok.apply_chat_template(
+        t.messages, tools=t.messages and result.agent_view["tools"], tokenize=False, chat_template=TEMPLATES[family]
+    )
+    assert tok.decode(t.input_ids, skip_special_tokens=False) == want
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(msgs=conversations(), answered=st.integers(0, 3))
+def test_env_messages_after_an_unanswered_prompt_follow_without_an_empty_header(qwen_tok, msgs, answered):
+    """A prompt no turn answered (its generation prompt already in the sequence), then the env's messages
+    (close, or add_messages): the sequence is still the template's render of the chat, token by token."""
+    b = TrajectoryBuilder(qwen_tok, TOOLS)
+    b.start(msgs[:3])
+    final = [*msgs[:3], *[m for m in [{"role": "assistant", "content": ""}, {"role": "user", "content": "Hello?"}]]]
+    for k in range(answered):  # prompts left unanswered, one after another
+        b.add_messages([{"role": "user", "content": f"Still there {k}?"}])
+        final.insert(3 + k, {"role": "user", "content": f"Still there {k}?"})
+    t = b.trajectory(0.0, final)
+    assert qwen_tok.decode(t.input_ids, skip_special_tokens=False) == qwen_tok.apply_chat_template(
+        final, tools=TOOLS, tokenize=False
+    )
+    assert t.num_agent_tokens == 0
 
 
 # --- the completions server -------------------------------------------------------------------------
