@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import random
+import secrets
 import shutil
 import time
 from contextlib import ExitStack
@@ -129,6 +130,13 @@ class GRPOConfig:
     rollout_seed: bool = opt(
         True, "send each turn's seed to the rollout server (off for vLLM's CPU build, which crashes on seeded sampling)"
     )
+    server_timeout: float = opt(600.0, "seconds one request to the rollout server may take")
+    max_failed_fraction: float = opt(
+        0.5,
+        "episodes that fail on infrastructure (a rollout server's error, a generation that crashed) are left out of "
+        "the step with a warning; the run stops, before the step's update, when more than this share of a step's "
+        "episodes failed (0: at the first)",
+    )
     family: str = opt("", "tokenizer family: qwen, smollm2 or hermes (empty: the checkpoint's, or from the tokenizer)")
     save_every: int = opt(5, "save a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = opt(3, "checkpoints kept in OUT/checkpoints, the newest (older ones are deleted); 0: all")
@@ -157,6 +165,8 @@ class GRPOConfig:
         check_number(self, "clip_eps", 0, 1, above=True, below=True)
         check_number(self, "is_cap", 0, above=True)
         check_number(self, "mask_delta", 0)
+        check_number(self, "server_timeout", 0, above=True)
+        check_number(self, "max_failed_fraction", 0, 1)
         check_family(self.family)
         check_device(self.device)
 
@@ -179,6 +189,8 @@ RESUME_FREE = RESUME_FREE_COMMON | {
     "rollout_server",
     "rollout_model",
     "rollout_seed",
+    "server_timeout",
+    "max_failed_fraction",
     "skip_zero_signal",
     "tasks",
 }
@@ -201,8 +213,25 @@ def task_pool(cfg: GRPOConfig) -> list[str]:
         env.close()
 
 
-async def rollouts(policy: TokenPolicy, cfg: GRPOConfig, task_ids: list[str], seed: int) -> list[TokenTrajectory]:
-    """``group_size`` episodes of each task through the harness, as token trajectories with rewards."""
+class RolloutsFailed(InfrastructureError):
+    """Too many of a step's episodes failed on infrastructure (``max_failed_fraction``)."""
+
+
+async def rollouts(
+    policy: TokenPolicy, cfg: GRPOConfig, task_ids: list[str], seed: int
+) -> tuple[list[TokenTrajectory], int]:
+    """``group_size`` episodes of each task through the harness, as token trajectories with rewards, and
+    how many episodes failed on infrastructure.
+
+    An episode that failed on infrastructure (the harness tried it again, then recorded
+    ``infrastructure_error`` with reward 0: a server that answered with an error, timed out or sent a
+    malformed completion) is no sample of the policy: it is left out, with a warning naming the first
+    error.
+
+    Raises:
+        RolloutsFailed: More than ``cfg.max_failed_fraction`` of the episodes failed so (all of them
+            always counts), with the first error.
+    """
     run = await tau_env.aevaluate(
         cfg.domain,
         policy,
@@ -214,11 +243,23 @@ async def rollouts(policy: TokenPolicy, cfg: GRPOConfig, task_ids: list[str], se
         concurrency=cfg.concurrency if isinstance(policy, ServerTokenPolicy) else 1,
         **make_kwargs(cfg),
     )
-    trajs = policy.trajectories(run.results, unplayed="skip")
-    if len(trajs) < len(run.results):
+    trajs = policy.trajectories(run.results, unplayed="skip")  # every builder handed out (none left over)
+    failed = [r for r in run.results if str(r.termination_reason) == "infrastructure_error"]
+    if failed:
+        first = failed[0].error or "no message"
+        share = len(failed) / len(run.results)
+        if share > cfg.max_failed_fraction or len(failed) == len(run.results):
+            raise RolloutsFailed(
+                f"{len(failed)} of {len(run.results)} episodes failed on infrastructure (more than "
+                f"--max-failed-fraction {cfg.max_failed_fraction:g}); the first: {first}"
+            )
+        log.warning("%d of %d episodes failed on infrastructure and are left out; the first: %s", len(failed),
+                    len(run.results), first)  # fmt: skip
+        trajs = [t for t in trajs if t.info.get("termination_reason") != "infrastructure_error"]
+    if len(trajs) + len(failed) < len(run.results):
         log.warning(
             "%d of %d episodes ended before the agent's first turn (--max-steps %d): left out",
-            len(run.results) - len(trajs),
+            len(run.results) - len(trajs) - len(failed),
             len(run.results),
             cfg.max_steps,
         )
@@ -228,7 +269,7 @@ async def rollouts(policy: TokenPolicy, cfg: GRPOConfig, task_ids: list[str], se
             "the tasks need more (a composite task takes ~30)",
             cfg.max_steps,
         )
-    return trajs
+    return trajs, len(failed)
 
 
 class AdapterSync:
@@ -249,6 +290,10 @@ class AdapterSync:
     def __init__(self, base_url: str, out: Path, *, api_key: str | None = None, timeout: float = 300.0):
         self.base_url, self.out, self.api_key, self.timeout = base_url.rstrip("/"), out, api_key, timeout
         self.current: str | None = None
+        self._current_path: Path | None = None
+        # vLLM refuses to load a name it has loaded already: a rerun against the same server (a resumed or
+        # extended run) gets names of its own
+        self.prefix = f"tau-grpo-{secrets.token_hex(3)}"
 
     def _request(self, path: str, body: dict[str, Any] | None = None) -> bytes:
         import urllib.error
@@ -265,7 +310,7 @@ class AdapterSync:
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode(errors="replace")
             hint = ""
-            if path.endswith("lora_adapter"):
+            if path.endswith("lora_adapter") and e.code in (404, 405):  # the endpoint is not there
                 hint = (
                     " (start vLLM with --enable-lora --max-lora-rank >= the LoRA rank and "
                     "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
@@ -283,17 +328,21 @@ class AdapterSync:
 
     def push(self, model: Any, step: int) -> str:
         """Write the LoRA of ``step`` and load it into the server; returns the name to request."""
-        name = f"tau-grpo-step-{step}"
+        name = f"{self.prefix}-step-{step}"
         path = save_peft_adapter(model, self.out / "adapters" / f"step-{step:06d}").resolve()
         self._request("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
         previous, self.current = self.current, name
+        previous_path, self._current_path = self._current_path, path
         if previous is not None and previous != name:
             try:
                 self._request("/unload_lora_adapter", {"lora_name": previous})
             except InfrastructureError as e:  # the new one is loaded: a leftover costs the server memory only
                 log.warning("could not unload %s: %s", previous, e)
-        for old in sorted((self.out / "adapters").glob("step-*"))[:-2]:
-            shutil.rmtree(old, ignore_errors=True)
+        # the adapter served now and the one before it stay (a server may reread an adapter from disk); the
+        # rest go, leftovers of a run that stopped after steps it had not saved included
+        for old in (self.out / "adapters").glob("step-*"):
+            if old.resolve() not in (path, previous_path):
+                shutil.rmtree(old, ignore_errors=True)
         return name
 
 
@@ -398,8 +447,18 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         if ckpt.state.get("optimizer"):
             optimizer.load_state_dict(ckpt.state["optimizer"])
         restore_rng(ckpt.state)
+    sync, served = None, ""
+    if cfg.rollout_server:
+        if lora is None:
+            raise InvalidOptionError(
+                "--rollout-server sends the trained weights to the server as a LoRA adapter: use --lora-rank > 0."
+            )
+        sync = AdapterSync(
+            cfg.rollout_server, out, api_key=os.environ.get("OPENAI_API_KEY") or None, timeout=cfg.server_timeout
+        )
+        served = cfg.rollout_model or sync.served_model()  # the server answers before anything is deleted
     if not cfg.resume:
-        run.clear()  # starting over: the run there goes, now that this one's model has loaded
+        run.clear()  # starting over: the run there goes, now that this one's model and server are there
     metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
     saved = out / "rollouts.jsonl"  # a resumed run redoes the steps after its checkpoint
     kept = [r for r in MetricsLog.read(saved) if r["step"] <= start] if start and saved.is_file() else []
@@ -418,16 +477,16 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         "max_new_tokens": cfg.max_new_tokens,
         "max_context": cfg.max_context,
     }
-    generator = sync = None
-    if cfg.rollout_server:
-        if lora is None:
-            raise InvalidOptionError(
-                "--rollout-server sends the trained weights to the server as a LoRA adapter: use --lora-rank > 0."
-            )
-        sync = AdapterSync(cfg.rollout_server, out, api_key=os.environ.get("OPENAI_API_KEY") or None)
-        served = cfg.rollout_model or sync.served_model()
+    generator = None
+    if sync is not None:
         policy: TokenPolicy = ServerTokenPolicy(
-            cfg.rollout_server, served, tokenizer, send_seed=cfg.rollout_seed, **settings
+            cfg.rollout_server,
+            served,
+            tokenizer,
+            api_key=sync.api_key,
+            timeout=cfg.server_timeout,
+            send_seed=cfg.rollout_seed,
+            **settings,
         )
         if start:  # a resumed run's LoRA is not the starting model's
             policy.model = sync.push(model, start)
@@ -457,7 +516,10 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         rng = random.Random(cfg.seed * 1_000_003 + step)  # the step's tasks do not depend on resuming
         chosen = rng.sample(pool, min(cfg.tasks_per_step, len(pool)))
         t0 = time.perf_counter()
-        trajs = asyncio.run(rollouts(policy, cfg, chosen, seed=cfg.seed * 1_000_003 + step))
+        try:
+            trajs, failed = asyncio.run(rollouts(policy, cfg, chosen, seed=cfg.seed * 1_000_003 + step))
+        except RolloutsFailed as e:  # before the step's update: the run resumes from its last checkpoint
+            raise RolloutsFailed(f"step {step + 1}: {e}") from None
         t1 = time.perf_counter()
         if trajs and all(t.info.get("context_overflow") and not t.num_agent_tokens for t in trajs):
             log.warning(
@@ -509,6 +571,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
             grad_norm=float(norm),
             agent_tokens=sum(t.num_agent_tokens for t in trajs),
             episodes=len(trajs),
+            failed_episodes=failed,
             rollout_s=t1 - t0,
             train_s=t2 - t1,
             rollout_tokens_per_s=sum(t.num_agent_tokens for t in trajs) / max(1e-9, t1 - t0),

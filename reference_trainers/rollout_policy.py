@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import math
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -53,6 +54,10 @@ from tau_env.policy import Observation
 from tau_env.tasks import Task
 
 LOGPROBS_MODES = ("raw", "processed")
+#: Seconds :class:`ServerTokenPolicy` waits before asking a busy server (HTTP 429 or 503) again.
+BUSY_WAITS = (1.0, 2.0, 4.0)
+#: A server's log-probability may exceed 0 by float rounding up to this much.
+LOGPROB_SLACK = 1e-4
 
 
 class TokenPolicy:
@@ -297,7 +302,10 @@ class ServerTokenPolicy(TokenPolicy):
     vLLM's ``return_token_ids`` and ``return_tokens_as_token_ids``, and reads the sampled ids (the
     choice's ``token_ids``, else its ``logprobs.tokens`` written as ``token_id:N``) and
     ``logprobs.token_logprobs``. A server failure (connection, timeout, HTTP error, a reply without
-    ids or log-probabilities) raises :class:`~tau_env.error.InfrastructureError`.
+    ids or log-probabilities, ids outside the tokenizer's vocabulary, a log-probability that is NaN
+    or above 0) raises :class:`~tau_env.error.InfrastructureError`; a busy server (HTTP 429 or 503) is
+    asked again after 1, 2 and 4 seconds first. A log-probability of -inf (a token the engine gave
+    probability 0) is kept: the GRPO objective masks that rollout.
 
     Args:
         base_url: The server's API root, e.g. ``http://127.0.0.1:8000/v1``.
@@ -356,19 +364,35 @@ class ServerTokenPolicy(TokenPolicy):
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         where = f"{self.model} at {self.base_url}"
-        try:
-            reply = await self._pool.post("/completions", body, headers, self.timeout)
-        except (ServerConnectionError, ServerTimeout, ReplyTooLarge) as e:
-            raise InfrastructureError(f"{where}: {e}") from e
+        for wait in (*BUSY_WAITS, None):
+            try:
+                reply = await self._pool.post("/completions", body, headers, self.timeout)
+            except (ServerConnectionError, ServerTimeout, ReplyTooLarge) as e:
+                raise InfrastructureError(f"{where}: {e}") from e
+            if reply.status in (429, 503) and wait is not None:
+                await asyncio.sleep(wait)
+                continue
+            break
         if reply.status != 200:
             raise InfrastructureError(f"{where}: HTTP {reply.status}: {reply.body[:300].decode(errors='replace')}")
         try:
-            return parse_completion(json.loads(reply.body))
+            ids, logprobs, finish = parse_completion(json.loads(reply.body))
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise InfrastructureError(
                 f"{where} returned a completion without token ids and log-probabilities ({e}); serve it with vLLM "
                 f"(it accepts return_token_ids / return_tokens_as_token_ids): {reply.body[:200]!r}"
             ) from e
+        vocab = len(self.tokenizer)
+        bad = next((i for i in ids if not 0 <= i < vocab), None)
+        if bad is not None:
+            raise InfrastructureError(
+                f"{where} returned token id {bad}, outside the tokenizer's vocabulary (0..{vocab - 1}): is it serving "
+                "another model than the trainer's?"
+            )
+        wrong = next((x for x in logprobs if math.isnan(x) or x > LOGPROB_SLACK), None)
+        if wrong is not None:
+            raise InfrastructureError(f"{where} returned log-probability {wrong!r}: a log-probability is at most 0")
+        return ids, logprobs, finish
 
 
 def parse_completion(data: dict[str, Any]) -> tuple[list[int], list[float], str]:

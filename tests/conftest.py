@@ -243,9 +243,9 @@ def mixed_group_rewards(monkeypatch):
     real = grpo.rollouts
 
     async def rollouts(policy, cfg, task_ids, seed):
-        trajs = await real(policy, cfg, task_ids, seed)
+        trajs, failed = await real(policy, cfg, task_ids, seed)
         for i, t in enumerate(trajs):
             t.reward = float(i % 2 == 0)
-        return trajs
+        return trajs, failed
 
     monkeypatch.setattr(grpo, "rollouts", rollouts)

@@ -58,7 +58,9 @@ def test_grpo_rolls_out_on_vllm_and_loads_the_trained_lora(tmp_path, mixed_group
         with torch.no_grad():
             lp = torch.log_softmax(model(torch.tensor([seq])).logits[0, :-1].double(), -1)
         want = lp.gather(-1, torch.tensor(seq[1:]).unsqueeze(-1)).squeeze(-1)
-        served = torch.tensor(_prompt_logprobs(url, "tau-grpo-step-1", seq), dtype=torch.float64)
+        with urllib.request.urlopen(f"{url}/models", timeout=60) as r:  # the adapter loaded after step 1
+            [adapter] = [m["id"] for m in json.loads(r.read())["data"] if m["id"].endswith("-step-1")]
+        served = torch.tensor(_prompt_logprobs(url, adapter, seq), dtype=torch.float64)
         base = torch.tensor(_prompt_logprobs(url, "smollm2", seq), dtype=torch.float64)
         adapter_gap = float((served - want).abs().mean())
         base_gap = float((base - want).abs().mean())

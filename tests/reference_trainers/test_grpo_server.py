@@ -47,6 +47,17 @@ def _tok_model(path):
     return AutoModelForCausalLM.from_pretrained(str(path)), AutoTokenizer.from_pretrained(str(path))
 
 
+#: A fault of MiniVLLM's completions that still answers 200: how it spoils the choice.
+FAULTS = {
+    "bad_id": lambda c: c["token_ids"].__setitem__(0, 10**6),
+    "negative_id": lambda c: c["token_ids"].__setitem__(0, -3),
+    "nan": lambda c: c["logprobs"]["token_logprobs"].__setitem__(0, float("nan")),
+    "positive": lambda c: c["logprobs"]["token_logprobs"].__setitem__(0, 0.5),
+    "null_logprobs": lambda c: c.__setitem__("logprobs", None),
+    "wrong_len": lambda c: c["logprobs"]["token_logprobs"].append(-1.0),
+}
+
+
 def merge_adapter(base, path):
     """A copy of ``base`` with the PEFT LoRA adapter at ``path`` merged in, from the files alone."""
     from pathlib import Path
@@ -72,12 +83,14 @@ def merge_adapter(base, path):
 class MiniVLLM:
     """``/v1/models``, ``/v1/completions`` (prompt as token ids; token ids and raw log-probabilities
     back) and runtime LoRA loading, over a real causal LM; ``lora`` False answers the adapter routes
-    with 404, as vLLM without ``--enable-lora`` does.
+    with 404, as vLLM without ``--enable-lora`` does, and a name loaded already gets vLLM's 400.
+    ``faults``: what the next completions answer instead (one entry per request, see ``FAULTS``).
     """
 
     def __init__(self, model, name="base", lora=True):
         self.models = {name: model.eval()}
         self.base, self.name, self.lora = model, name, lora
+        self.faults: list[str] = []
         self.requests: list[tuple[str, dict]] = []
         self.lock = threading.Lock()
         outer = self
@@ -115,6 +128,8 @@ class MiniVLLM:
         if path.endswith("_lora_adapter") and not self.lora:
             return 404, {"detail": "Not Found"}
         if path == "/v1/load_lora_adapter":
+            if body["lora_name"] in self.models:
+                return 400, {"message": f"The lora adapter '{body['lora_name']}' has already been loaded."}
             self.models[body["lora_name"]] = merge_adapter(self.base, body["lora_path"])
             return 200, "ok"
         if path == "/v1/unload_lora_adapter":
@@ -123,6 +138,13 @@ class MiniVLLM:
         if path == "/v1/completions":
             if body["model"] not in self.models:
                 return 404, {"error": f"no model {body['model']}"}
+            if self.faults:
+                fault = self.faults.pop(0)
+                if fault in ("500", "429"):
+                    return int(fault), {"error": f"scripted {fault}"}
+                reply = self.complete(self.models[body["model"]], body)
+                FAULTS[fault](reply["choices"][0])
+                return 200, reply
             return 200, self.complete(self.models[body["model"]], body)
         return 404, {}
 
@@ -205,12 +227,13 @@ def test_grpo_rolls_out_on_the_server_and_keeps_it_on_the_trained_weights(tiny_d
         completions = [m for p, m in calls if p == "/v1/completions"]
         loads = [m for p, m in calls if p == "/v1/load_lora_adapter"]
         # step 1 rolls out on the served starting model, step 2 on the adapter loaded after step 1
-        assert loads == ["tau-grpo-step-1", "tau-grpo-step-2"]
-        assert completions and completions[0] == "base" and completions[-1] == "tau-grpo-step-1"
-        first_new = calls.index(("/v1/completions", "tau-grpo-step-1"))
-        assert first_new > calls.index(("/v1/load_lora_adapter", "tau-grpo-step-1"))
+        prefix = loads[0].removesuffix("-step-1")
+        assert prefix.startswith("tau-grpo-") and loads == [f"{prefix}-step-1", f"{prefix}-step-2"]
+        assert completions and completions[0] == "base" and completions[-1] == f"{prefix}-step-1"
+        first_new = calls.index(("/v1/completions", f"{prefix}-step-1"))
+        assert first_new > calls.index(("/v1/load_lora_adapter", f"{prefix}-step-1"))
         assert all(m == "base" for p, m in calls[:first_new] if p == "/v1/completions")
-        assert ("/v1/unload_lora_adapter", "tau-grpo-step-1") in calls
+        assert ("/v1/unload_lora_adapter", f"{prefix}-step-1") in calls
         # the server's adapter is the trainer's model: the same log-probabilities
         trained = load_checkpoint(path).model.eval()
         rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
@@ -218,18 +241,24 @@ def test_grpo_rolls_out_on_the_server_and_keeps_it_on_the_trained_weights(tiny_d
         with torch.no_grad():
             want = torch.log_softmax(trained(torch.tensor([seq])).logits[0, :-1], -1)
         want = want.gather(-1, torch.tensor(seq[1:]).unsqueeze(-1)).squeeze(-1)
-        torch.testing.assert_close(server.logprobs("tau-grpo-step-2", seq), want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(server.logprobs(f"{prefix}-step-2", seq), want, atol=1e-4, rtol=1e-4)
         assert not torch.allclose(server.logprobs("base", seq), want, atol=1e-3)  # the weights did move
         # pi_rollout is what the server reported for the sampled tokens
         rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2] and all(r["loss"] is not None for r in rows)
         assert all(abs(r["is_weight_mean"] - 1.0) < 1e-3 for r in rows)  # server and trainer: one model
         assert sorted(p.name for p in (out / "adapters").iterdir()) == ["step-000001", "step-000002"]
-        # resume to 3 steps: the resumed LoRA is loaded before the first rollout
+        # resume to 3 steps against the same server (which still holds the first run's step-2 adapter: vLLM
+        # refuses a name twice): the resumed LoRA is loaded under a new name before the first rollout, and
+        # adapters a stopped run left past its checkpoint go
+        (out / "adapters" / "step-000009").mkdir()
         server.requests.clear()
         grpo.train(grpo.GRPOConfig(**{**cfg.__dict__, "steps": 3}))
         first = [(p, b.get("model") or b.get("lora_name")) for p, b in server.requests if p != "/v1/models"][:2]
-        assert first == [("/v1/load_lora_adapter", "tau-grpo-step-2"), ("/v1/completions", "tau-grpo-step-2")]
+        again = first[0][1]
+        assert again.endswith("-step-2") and again != f"{prefix}-step-2"
+        assert first == [("/v1/load_lora_adapter", again), ("/v1/completions", again)]
+        assert sorted(p.name for p in (out / "adapters").iterdir()) == ["step-000002", "step-000003"]
     finally:
         server.close()
 
@@ -250,3 +279,101 @@ def test_server_rollouts_need_lora_and_a_server_that_loads_adapters(tiny_dir, tm
         server.close()
     with pytest.raises(InfrastructureError, match="127.0.0.1"):
         grpo.train(grpo.GRPOConfig(**kw, out=str(tmp_path / "c"), lora_rank=4, rollout_server=server.url))
+
+
+def _server_cfg(tiny_dir, out, url, **kw):
+    return grpo.GRPOConfig(
+        **{
+            **dict(
+                model=str(tiny_dir), out=str(out), task_ids=[TASK], steps=1, tasks_per_step=1, group_size=2,
+                max_steps=4, max_new_tokens=4, lora_rank=4, progress=False, rollout_server=url, retrieval="none",
+                concurrency=1,
+            ),
+            **kw,
+        }
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("500", "HTTP 500"),
+        ("bad_id", "outside the tokenizer's vocabulary"),
+        ("negative_id", "outside the tokenizer's vocabulary"),
+        ("nan", "log-probability nan"),
+        ("positive", "log-probability 0.5"),
+        ("null_logprobs", "without token ids and log-probabilities"),
+        ("wrong_len", "without token ids and log-probabilities"),
+    ],
+)
+def test_a_failing_server_stops_the_step_before_its_update(tiny_dir, tmp_path, fault, said):
+    """Every episode failing on the server (after the harness's retries): one error with the server's
+    message, before any update or checkpoint; once the server is fixed the same command runs."""
+    base, _ = _tok_model(tiny_dir)
+    server = MiniVLLM(base)
+    server.faults = [fault] * 100
+    out = tmp_path / "grpo"
+    try:
+        with pytest.raises(grpo.RolloutsFailed, match=f"step 1: 2 of 2 episodes failed.*{said}"):
+            grpo.train(_server_cfg(tiny_dir, out, server.url))
+        assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())
+        assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip()
+        server.faults = []
+        grpo.train(_server_cfg(tiny_dir, out, server.url))
+        [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        assert row["episodes"] == 2 and row["failed_episodes"] == 0
+    finally:
+        server.close()
+
+
+def test_an_episode_that_failed_on_the_server_is_left_out_not_trained_as_a_failure(tiny_dir, tmp_path, caplog):
+    """One episode of two fails (its three tries): it is left out of the step with a warning (not a
+    reward-0 sample); at --max-failed-fraction 0 the same failure stops the run."""
+    base, _ = _tok_model(tiny_dir)
+    server = MiniVLLM(base)
+    try:
+        server.faults = ["500"] * 3
+        out = tmp_path / "grpo"
+        with caplog.at_level("WARNING", logger="tau_env.reference_trainers.grpo"):
+            grpo.train(_server_cfg(tiny_dir, out, server.url))
+        assert "1 of 2 episodes failed on infrastructure and are left out" in caplog.text
+        assert "HTTP 500" in caplog.text
+        [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        assert row["episodes"] == 1 and row["failed_episodes"] == 1
+        rollouts = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+        assert len(rollouts) == 1 and rollouts[0]["info"]["termination_reason"] != "infrastructure_error"
+        server.faults = ["500"] * 3
+        with pytest.raises(grpo.RolloutsFailed, match="1 of 2 episodes failed"):
+            grpo.train(_server_cfg(tiny_dir, tmp_path / "strict", server.url, max_failed_fraction=0.0))
+    finally:
+        server.close()
+
+
+def test_a_busy_server_is_asked_again(tiny_dir, tmp_path, monkeypatch):
+    from tau_env.reference_trainers import rollout_policy
+
+    monkeypatch.setattr(rollout_policy, "BUSY_WAITS", (0.01, 0.01, 0.01))
+    base, _ = _tok_model(tiny_dir)
+    server = MiniVLLM(base)
+    server.faults = ["429", "429"]
+    out = tmp_path / "grpo"
+    try:
+        grpo.train(_server_cfg(tiny_dir, out, server.url))
+        [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        assert row["episodes"] == 2 and row["failed_episodes"] == 0
+    finally:
+        server.close()
+
+
+def test_no_resume_asks_the_server_before_deleting_the_run(tiny_dir, tmp_path):
+    base, _ = _tok_model(tiny_dir)
+    server = MiniVLLM(base)
+    out = tmp_path / "grpo"
+    try:
+        grpo.train(_server_cfg(tiny_dir, out, server.url))
+    finally:
+        server.close()
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(InfrastructureError, match="127.0.0.1"):
+        grpo.train(_server_cfg(tiny_dir, out, server.url, resume=False))  # the server is gone
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

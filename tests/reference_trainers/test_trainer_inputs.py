@@ -59,6 +59,8 @@ GRPO_RANGES = [
     ("concurrency", 1, [0]),
     ("save_every", 0, [-1]),
     ("lora_rank", 0, [-1]),
+    ("server_timeout", 0.5, [0.0, -1.0, math.nan]),
+    ("max_failed_fraction", 0.0, [-0.1, 1.5, math.nan]),
 ]
 
 
