@@ -671,7 +671,8 @@ def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any]
         parts = "; ".join(f"{k.replace('_', '-')}: {shown(saved[k])} there, {shown(now[k])} now" for k in diff)
         raise ResultsFolderError(
             f"{run_dir} holds a run with other settings ({parts}); resuming it would train with neither. "
-            "Pass another --out for these settings, or the same settings to continue that run."
+            "Pass another --out for these settings, the same settings to continue that run, or --no-resume to "
+            "delete it and start over there."
         )
 
 
@@ -869,7 +870,7 @@ def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: s
 def run_main(prog: str, fn: Any) -> int:
     """A trainer's command line: ``fn()``'s exit status, or for an error of tau_env's (bad data, a
     folder that is no checkpoint, a run that may not resume) one ``PROG: error: ...`` line on stderr
-    and exit status 2, not a traceback.
+    and exit status 2, not a traceback; Ctrl-C is one ``PROG: interrupted ...`` line and status 130.
     """
     import sys
 
@@ -880,6 +881,9 @@ def run_main(prog: str, fn: Any) -> int:
     except Error as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; the same command again resumes the run", file=sys.stderr)
+        return 130
 
 
 def trainer_main(cls: Any, train: Any, argv: Sequence[str] | None, doc: str | None, prog: str) -> int:

@@ -366,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a trainer's checkpoint folder, or its run folder (the latest checkpoint)",
     )
     p.add_argument("--out", type=Path, required=True, help="folder for examples.jsonl, summary.json and the episodes")
-    p.add_argument("--env", default="harbor-bank-v0")
+    p.add_argument(
+        "--env", "--domain", dest="env", default="harbor-bank-v0", help="environment id (sft, grpo: --domain)"
+    )
     p.add_argument("--tasks", type=Path, default=None, help="a task file (a synthesis run's tasks.jsonl)")
     p.add_argument("--task", action="append", default=[], help="a task id (repeat; default: every task)")
     p.add_argument("--trials", type=int, default=1)
@@ -391,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (("--max-steps", args.max_steps), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             p.error(f"{flag} must be at least 1, not {value}")
+    from tau_env.reference_trainers._extras import require
+
+    require("train", "torch", "transformers")
     from tau_env.reference_trainers.cpu_common import check_device, run_main
 
     try:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tau_env.reference_trainers._train_extra  # noqa: F401  (first: one line without torch)
 import torch
 from tau_env.reference_trainers.checkpoint import (
     find_checkpoint,
@@ -528,6 +529,15 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
                 step + 1,
                 cfg.max_context,
             )
+        elif any(t.info.get("context_overflow") for t in trajs):
+            log.warning(
+                "step %d: %d of %d episodes reached --max-context %d before they ended (the agent stopped there and "
+                "the episode was graded as it stood); raise --max-context if the tasks need longer episodes",
+                step + 1,
+                sum(bool(t.info.get("context_overflow")) for t in trajs),
+                len(trajs),
+                cfg.max_context,
+            )
         with (out / "rollouts.jsonl").open("a", encoding="utf-8") as f:
             for t in trajs:
                 f.write(json.dumps({"step": step + 1, **t.to_dict()}) + "\n")
@@ -572,6 +582,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
             agent_tokens=sum(t.num_agent_tokens for t in trajs),
             episodes=len(trajs),
             failed_episodes=failed,
+            context_overflows=sum(bool(t.info.get("context_overflow")) for t in trajs),
             rollout_s=t1 - t0,
             train_s=t2 - t1,
             rollout_tokens_per_s=sum(t.num_agent_tokens for t in trajs) / max(1e-9, t1 - t0),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tau_env.reference_trainers._train_extra  # noqa: F401  (first: one line without torch)
 import torch
 from tau_env.reference_trainers.checkpoint import (
     load_checkpoint,
@@ -235,8 +236,16 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     samples = [tokenize_sft_example(tokenizer, ex, template) for ex in examples]
     kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
     if len(kept) < len(samples):
+        lengths = sorted(len(s.input_ids) for s in samples)
         log.warning(
-            "left out %d of %d examples longer than %d tokens", len(samples) - len(kept), len(samples), cfg.max_len
+            "left out %d of %d examples longer than --max-len %d tokens (lengths: median %d, longest %d); raise "
+            "--max-len to train on them (memory and time grow with it), or use a retrieval configuration with "
+            "shorter results",
+            len(samples) - len(kept),
+            len(samples),
+            cfg.max_len,
+            lengths[len(lengths) // 2],
+            lengths[-1],
         )
     if cfg.turn_prefixes > 0:
         cut = [c for s in samples for c in turn_prefixes(s, cfg.turn_prefixes) if len(c.input_ids) <= cfg.max_len]

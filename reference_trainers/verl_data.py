@@ -417,7 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import sys
 
+    from tau_env.reference_trainers._extras import missing
+
     from tau_env.error import Error
+
+    if missing("pyarrow"):  # said before any work, not after it
+        p.error("writing parquet needs pyarrow: pip install 'tau-env[sft]' (or the 'verl' extra)")
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the left-out examples' warning
 

@@ -201,6 +201,29 @@ def _merged(prior: dict[str, float], reflected: dict[str, float]) -> dict[str, f
     return {k: prior.get(k, 1.0) * reflected.get(k, 1.0) for k in {*prior, *reflected}}
 
 
+def _entries(path: Path) -> set[str] | None:
+    """The names in the folder ``path`` (None when there is no folder)."""
+    try:
+        return {e.name for e in path.iterdir()}
+    except OSError:
+        return None
+
+
+def _undo_new_run(path: Path, before: set[str] | None) -> None:
+    """Remove what a run that produced nothing added to ``path`` (the folder itself when it was not
+    there before).
+    """
+    if before is None:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for entry in path.iterdir():
+        if entry.name not in before:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
 def _produced_nothing(path: Path) -> bool:
     """Whether a run folder holds no verdict and no task yet (only what :data:`_NOTHING_YET` names)."""
     try:
@@ -485,6 +508,9 @@ def run_tasks(
     if ids is not None and ids not in ID_STYLES:
         raise SynthesisError(f"ids={ids!r}: one of {', '.join(ID_STYLES)}")
     weights = check_weights(weights)
+    folder = Path(out)
+    before = _entries(folder)  # None: no folder yet
+    fresh = domain_id is not None and not (folder / "run.json").is_file()
     run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids, weights=weights)
     seed = run.settings.get("seed", 0)  # the run's own, when it continues
     pool: ProcessPoolExecutor | None = None
@@ -495,7 +521,16 @@ def run_tasks(
         eg, tg = _graphs(run, domain, llm)
         stage = _Stage(run, domain, eg, tg, llm, review)
         prior = plan_weights(run.settings)
-        _known_weights(prior, Planner(stage.templates, weights=prior))
+        try:
+            _known_weights(prior, Planner(stage.templates, weights=prior))
+        except SynthesisError:
+            # a weight the domain has no use for, on a run this command began: the folder is left as it
+            # was, so the corrected command (or one without --weight) starts afresh instead of being
+            # refused for the recorded mistake
+            if fresh:  # nothing planned yet: what is new in the folder is this command's (it holds the lock)
+                run.close()
+                _undo_new_run(folder, before)
+            raise
         reflector = Reflector(run.path / "reflection")
         accepted = len(_tasks(run, "tasks.jsonl"))
         seen = {chain_signature(t) for t in [*_tasks(run, "tasks.jsonl"), *_tasks(run, "contaminated.jsonl")]}

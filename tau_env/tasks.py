@@ -54,10 +54,14 @@ def read_file_bytes(path: Path, error: type[Error] = DomainError) -> bytes:
     except (OSError, ValueError) as e:  # ValueError: a NUL character in the path
         raise error(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e}).") from e
     if not stat.S_ISREG(mode):
-        raise error(
-            f"{path}: expected a regular file, found {_KINDS.get(stat.S_IFMT(mode), 'something else')}; "
-            "replace it with a file (or remove it)."
-        )
+        hint = "; replace it with a file (or remove it)."
+        if stat.S_ISDIR(mode):  # a folder is more likely a path one level short than something to remove
+            try:
+                inside = sorted(p.name for p in Path(path).iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
+            except OSError:
+                inside = []
+            hint = f"; name a file in it ({', '.join(inside[:6])})." if inside else "; name a file, not a folder."
+        raise error(f"{path}: expected a regular file, found {_KINDS.get(stat.S_IFMT(mode), 'something else')}{hint}")
     return data  # type: ignore[return-value]
 
 

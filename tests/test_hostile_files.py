@@ -242,3 +242,17 @@ def test_a_schema_built_by_hand_is_held_to_the_same_rules():
 
     with pytest.raises(DomainError, match=r"^line 1: .*: not allowed in a schema: ATTACH"):
         build_image(Schema("ATTACH DATABASE ':memory:' AS p;", {}), {})
+
+
+def test_a_task_folder_given_as_a_file_names_the_files_in_it(tmp_path):
+    """``--tasks synth/run1`` (a run folder, one level short): the error names the task files there
+    instead of suggesting the folder be removed."""
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "composite.jsonl").write_text("", encoding="utf-8")
+    (run / "tasks.jsonl").write_text("", encoding="utf-8")
+    (run / "notes.txt").write_text("", encoding="utf-8")
+    with pytest.raises(TaskFileError, match=r"found a folder; name a file in it \(composite\.jsonl, tasks\.jsonl\)\.$"):
+        load_tasks(run)
+    with pytest.raises(TaskFileError, match=r"found a folder; name a file, not a folder\.$"):
+        load_tasks(tmp_path / "run1" / ".." / "run1" / "..")

@@ -11,6 +11,11 @@ set -euo pipefail
 : "${TRAIN:?set TRAIN to an SFT parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
+# start-up check, once, before torchrun starts a process per GPU that would each fail the same way
+"${PYTHON:-python}" -c "import verl.trainer.sft_trainer, tau_env.reference_trainers.verl_data" 2>/dev/null || {
+  echo "sft_single_node.sh: needs verl==0.9.1 and tau-env in this Python (${PYTHON:-python}): pip install 'tau-env[verl]'" >&2
+  exit 2
+}
 exec torchrun --standalone --nnodes=1 --nproc_per_node="${GPUS:-8}" -m verl.trainer.sft_trainer \
   --config-path "$CONFIGS" --config-name tau_sft \
   model.path="$(hq "$MODEL")" data.train_files="$(hq "$TRAIN")" data.val_files="$(hq "${VAL:-$TRAIN}")" \

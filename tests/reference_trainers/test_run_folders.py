@@ -157,6 +157,33 @@ def test_a_context_too_short_for_the_prompt_is_said(tiny_and_data, tmp_path, cap
     assert "every episode reached --max-context 8 before the agent's first turn" in caplog.text
 
 
+def test_episodes_the_context_cut_short_are_said(tiny_and_data, tmp_path, caplog, monkeypatch):
+    """Episodes that reached --max-context after a turn (the policy stops there and the episode is
+    graded as it stood; tests/reference_trainers/test_rollout.py cuts them): the step says how many,
+    as a composite task at the default 4096 would need. The scripted user ends these tiny episodes
+    after one turn, so the policy's flag is set on the real rollouts here."""
+    real = grpo.rollouts
+
+    async def cut(policy, cfg, task_ids, seed):
+        trajs, failed = await real(policy, cfg, task_ids, seed)
+        for t in trajs:
+            t.info["context_overflow"] = True
+        return trajs, failed
+
+    monkeypatch.setattr(grpo, "rollouts", cut)
+    model, _ = tiny_and_data
+    out = tmp_path / "grpo"
+    cfg = grpo.GRPOConfig(
+        model=str(model), out=str(out), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1, group_size=2,
+        max_steps=10, max_new_tokens=4, retrieval="none", progress=False, device="cpu",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        grpo.train(cfg)
+    assert "step 1: 2 of 2 episodes reached --max-context 4096 before they ended" in caplog.text
+    [row] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert row["context_overflows"] == 2
+
+
 def test_grpo_takes_the_starting_checkpoints_retrieval_and_warns_when_episodes_run_out_of_steps(
     sft_run, tmp_path, caplog
 ):

@@ -352,3 +352,77 @@ def test_text_with_unicode_line_separators_reads_as_one_line(tmp_path, example):
     path = tmp_path / "sft.jsonl"
     path.write_text(json.dumps(odd, ensure_ascii=False) + "\n", encoding="utf-8")
     assert read_sft_jsonl([path]) == [odd]
+
+
+_WITHOUT = """
+import runpy, sys
+for name in {blocked!r}:
+    sys.modules[name] = None  # `import name` raises ImportError, as where the extra is not installed
+sys.argv = ["prog", *{argv!r}]
+runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked", "argv", "said"),
+    [
+        ("sft", ["torch"], ["--help"], "needs the 'train' extra (torch not installed)"),
+        ("grpo", ["torch"], ["--model", "M"], "needs the 'train' extra (torch not installed)"),
+        ("dagger", ["transformers"], ["--checkpoint", "C", "--out", "O"], "needs the 'train' extra (transformers"),
+        ("verl_data", ["pyarrow"], ["rl", "harbor-bank-v0", "out.parquet"], "writing parquet needs pyarrow"),
+    ],
+)
+def test_a_command_without_its_extra_says_so_in_one_line(tmp_path, module, blocked, argv, said):
+    import subprocess
+    import sys
+
+    code = _WITHOUT.format(blocked=blocked, argv=argv, module=f"tau_env.reference_trainers.{module}")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and said in done.stderr.strip().splitlines()[-1]
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_importing_a_trainer_without_its_extra_is_an_import_error(monkeypatch):
+    import importlib
+    import sys
+
+    from tau_env.error import DependencyNotInstalled
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.delitem(sys.modules, "tau_env.reference_trainers._train_extra", raising=False)
+    monkeypatch.delitem(sys.modules, "tau_env.reference_trainers.sft", raising=False)
+    with pytest.raises(DependencyNotInstalled, match="'train' extra"):
+        importlib.import_module("tau_env.reference_trainers.sft")
+
+
+@pytest.mark.parametrize("trainer", [sft, grpo])
+def test_ctrl_c_is_one_line(trainer, monkeypatch, capsys):
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "train", interrupted)
+    assert trainer.main(["--model", "M", "--out", "unused"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"python -m {trainer.__name__}: interrupted; the same command again resumes the run"]
+
+
+def test_the_sft_launcher_says_a_python_without_verl_once(tmp_path):
+    """sft_single_node.sh with a Python that lacks veRL: one line before torchrun (which would start a
+    failing process per GPU)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("veRL is installed in this Python")
+    script = Path(sft.__file__).resolve().parent / "launch" / "sft_single_node.sh"
+    env = {**os.environ, "MODEL": str(tmp_path), "TRAIN": str(tmp_path / "t.parquet"), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"sft_single_node.sh: needs verl==0.9.1 and tau-env in this Python ({sys.executable}): "
+        "pip install 'tau-env[verl]'"
+    ]

@@ -151,13 +151,26 @@ def test_an_unknown_key_is_refused_with_a_suggestion_and_the_corrected_call_runs
     with pytest.raises(SynthesisError, match=r"'failure:multidoc' \(did you mean failure:multi_doc") as e:
         pipeline.run_tasks(out, ENV, n=3, batch=5, weights={"failure:multidoc": 0.5})
     assert "This domain's templates:" in str(e.value)
-    assert not (out / "tasks.jsonl").exists()
+    assert not out.exists()  # the folder this command began is gone with its mistake
     outcomes = str(e.value).split("outcomes: ")[1].split(";")[0].split(", ")
     assert {"success", "refusal"} <= set(outcomes)
     with pytest.raises(SynthesisError, match="every cell of this domain weight 0"):
         pipeline.run_tasks(out, ENV, n=3, batch=5, weights={f"outcome:{o}": 0 for o in outcomes})
     # the refused tries produced nothing: the corrected command starts the folder afresh
     assert pipeline.run_tasks(out, ENV, n=3, batch=5, weights={"failure:multi_doc": 0.5})["accepted"] == 3
+
+
+def test_a_refused_weight_is_not_recorded_so_the_command_without_it_runs(tmp_path):
+    """`synth tasks --weight failure:none=4` refused, then the same command without --weight: it runs
+    (the refused weight used to stay in run.json and refuse it again, naming a flag not given)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")  # a folder that was there keeps what it had
+    with pytest.raises(SynthesisError, match="failure:none"):
+        pipeline.run_tasks(out, ENV, n=2, batch=5, weights={"failure:none": 4})
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert pipeline.run_tasks(out, ENV, n=2, batch=5)["accepted"] == 2
+    assert "weights" not in json.loads((out / "run.json").read_text())
 
 
 BAD_VALUES = st.one_of(
