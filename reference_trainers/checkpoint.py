@@ -374,6 +374,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return found
     if not Path(path).is_dir():
         raise ResultsFolderError(f"{path} is no folder; pass a trainer run (RUN) or one of its RUN/checkpoints/step-N.")
+    from tau_env.harness.results import LOCK_NAME
+
+    run = Path(path)
+    if (run / "checkpoints").is_dir() or (run / "metrics.jsonl").is_file() or (run / LOCK_NAME).exists():
+        raise ResultsFolderError(
+            f"{path} is a trainer run with no complete checkpoint yet (still training, or stopped before its first "
+            "save); pass it again once it has saved one (every --save-every steps and at the end)."
+        )
     raise ResultsFolderError(
         f"{path} is not a tau_env trainer checkpoint (no {INFO_FILE}) nor a trainer run (no complete checkpoint "
         "under checkpoints/); pass a trainer run (RUN) or one of its RUN/checkpoints/step-N."

@@ -441,7 +441,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
     config = {**config_dict(cfg), "tasks_digest": tasks_digest(cfg.tasks)}
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
-        log.info("resuming %s from step %d", out, start)
+        log.info("resuming %s from step %d (its own weights: --model is read by a new run only)", out, start)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     if ckpt is not None:

@@ -232,7 +232,7 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     config = {**config_dict(cfg), "data_digest": content_digest(examples)}
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
-        log.info("resuming %s from step %d", out, start)
+        log.info("resuming %s from step %d (its own weights: --model is read by a new run only)", out, start)
     samples = [tokenize_sft_example(tokenizer, ex, template) for ex in examples]
     kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
     if len(kept) < len(samples):

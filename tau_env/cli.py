@@ -412,6 +412,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         run = evaluate(domain, agent, user, **common)
     _out(format_metrics(run.metrics, f"{domain} | agent {agent_name} | user {user_name}"))
+    if run.resumed:
+        played = len(run.results) - run.resumed
+        _out(
+            f"resumed: all {run.resumed} episodes were in the folder already; nothing ran"
+            if not played
+            else f"resumed: {run.resumed} episodes from the folder, {played} played now"
+        )
     _out(f"results: {run.out_dir}")
     return 0
 

@@ -28,6 +28,11 @@ def test_eval_and_show(tmp_path, capsys):
     assert "== task" in shown and "reward 0.0" in shown and "database differs" in shown
     assert main(["show", str(out), "--task", first["task_id"]]) == 0
     assert first["task_id"] in capsys.readouterr().out
+    # the same command again: every episode is on disk; it says nothing ran (and no empty timing row)
+    assert main(["eval", "--quiet", "--out", str(out), "--agent", "noop"]) == 0
+    again = capsys.readouterr().out
+    assert "nothing ran" in again and "done after" not in again and "pass@1" in again
+    assert "resumed:" not in printed and "done after" in printed
 
 
 def test_check_one_task(capsys):

@@ -112,7 +112,7 @@ def format_metrics(m: dict[str, Any], title: str = "") -> str:
             f"{'mean tokens':<18}{m['mean_prompt_tokens']:.0f} prompt, {m['mean_completion_tokens']:.0f} completion"
         )
     lines.append(f"{'ended by':<18}" + ", ".join(f"{k}: {v}" for k, v in sorted(m["terminations"].items(), key=str)))
-    if m.get("time_to_done_s"):
+    if m.get("time_to_done_s") and any(v is not None for v in m["time_to_done_s"].values()):
         t = m["time_to_done_s"]
         lines.append(f"{'done after':<18}" + ", ".join(f"{k}: {v:.1f} s" for k, v in t.items() if v is not None))
     width = max(len(x) for x in lines)

@@ -58,6 +58,7 @@ class EvalRun:
     results: list[EpisodeResult]
     metrics: dict[str, Any]
     out_dir: Path | None = None
+    resumed: int = 0  # episodes read back from ``out_dir`` (played by an earlier run), not played now
 
 
 class _Writer:
@@ -375,7 +376,7 @@ class _Run:
         everything = sorted(self.writer.previous + list(results), key=lambda r: self.order[(r.task_id, r.trial)])
         metrics = compute_metrics(everything, self.finished_at)
         self.writer.finish(metrics, f"{self.first.domain.name}: {len(everything)} episodes", everything)
-        return EvalRun(everything, metrics, self.writer.dir)
+        return EvalRun(everything, metrics, self.writer.dir, len(self.writer.previous))
 
 
 def _recorded(make_kwargs: dict[str, Any], env: TauEnv) -> dict[str, Any]:

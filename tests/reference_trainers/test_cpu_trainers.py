@@ -622,6 +622,11 @@ def test_a_run_folder_resolves_to_its_latest_complete_checkpoint(tmp_path):
     for bad, said in ((tmp_path, "nor a trainer run"), (tmp_path / "missing", "is no folder")):
         with pytest.raises(ResultsFolderError, match=said):
             resolve_checkpoint(bad)
+    young = tmp_path / "young"  # a run still before its first save: its log, an unfinished checkpoint
+    (young / "checkpoints" / ".tmp-step-000005").mkdir(parents=True)
+    (young / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ResultsFolderError, match="is a trainer run with no complete checkpoint yet"):
+        resolve_checkpoint(young)
 
 
 def test_eval_and_the_trainers_take_a_run_folder_for_its_latest_checkpoint(tiny_dir, sft_file, tmp_path):
