@@ -17,25 +17,44 @@ PACKAGE = "tau_env.reference_trainers"
 
 
 def missing(*imports: str) -> list[str]:
-    """The first module of ``imports`` that cannot be imported, as a list (empty: all can be); the
-    rest are not tried (transformers warns on import when torch is missing).
+    """The first module of ``imports`` that is not installed, as a list (empty: all import); the rest
+    are not tried (transformers warns on import when torch is missing).
+
+    Raises:
+        DependencyNotInstalled: One is installed but does not import (a version clash among its own
+            dependencies): the import's own message, which installing the extra again would not fix.
     """
     for name in imports:
         try:
             importlib.import_module(name)
-        except ImportError:
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] != name:  # the package is there; something it needs is not
+                raise DependencyNotInstalled(f"{name} is installed but does not import: {e}") from e
             return [name]
+        except ImportError as e:
+            raise DependencyNotInstalled(f"{name} is installed but does not import: {e}") from e
     return []
+
+
+def _running() -> str:
+    """The ``tau_env.reference_trainers`` command run as ``python -m`` (``""`` when imported)."""
+    name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or ""
+    return name if name.startswith(PACKAGE + ".") else ""
 
 
 def require(extra: str, *imports: str) -> None:
     """Import ``imports``; when one is missing, say which extra installs it (see the module's docstring)."""
-    gone = missing(*imports)
+    try:
+        gone = missing(*imports)
+    except DependencyNotInstalled as e:
+        if _running():
+            print(f"python -m {_running()}: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        raise
     if not gone:
         return
     said = f"needs the '{extra}' extra ({', '.join(gone)} not installed): pip install 'tau-env[{extra}]'"
-    running = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or ""
-    if running.startswith(PACKAGE + "."):
-        print(f"python -m {running}: error: {said}", file=sys.stderr)
+    if _running():
+        print(f"python -m {_running()}: error: {said}", file=sys.stderr)
         raise SystemExit(2)
     raise DependencyNotInstalled(f"{PACKAGE} {said}")

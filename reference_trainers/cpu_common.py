@@ -882,7 +882,11 @@ def run_main(prog: str, fn: Any) -> int:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted; the same command again resumes the run", file=sys.stderr)
+        print(
+            f"{prog}: interrupted; what it saved stays in its --out (the command without --no-resume resumes from "
+            "there)",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -320,12 +320,27 @@ class AdapterSync:
         except (urllib.error.URLError, OSError) as e:
             raise InfrastructureError(f"{self.base_url}{path}: {e}") from e
 
-    def served_model(self) -> str:
-        """The first model the server lists (``GET /v1/models``)."""
+    def served_models(self) -> list[str]:
+        """The models the server lists (``GET /v1/models``), the served model first."""
         try:
-            return str(json.loads(self._request("/models"))["data"][0]["id"])
-        except (ValueError, KeyError, IndexError, TypeError) as e:
+            names = [str(m["id"]) for m in json.loads(self._request("/models"))["data"]]
+        except (ValueError, KeyError, TypeError) as e:
             raise InfrastructureError(f"{self.base_url}/models lists no model ({e})") from e
+        if not names:
+            raise InfrastructureError(f"{self.base_url}/models lists no model")
+        return names
+
+    def served_model(self, name: str = "") -> str:
+        """``name`` if the server lists it (else an error naming what it serves); without a name the
+        first model it lists. Either way the server is asked.
+        """
+        names = self.served_models()
+        if name and name not in names:
+            raise InfrastructureError(
+                f"{self.base_url} serves {', '.join(names[:5])}, not --rollout-model {name!r}; pass one of those "
+                "(vLLM: --served-model-name)"
+            )
+        return name or names[0]
 
     def push(self, model: Any, step: int) -> str:
         """Write the LoRA of ``step`` and load it into the server; returns the name to request."""
@@ -457,7 +472,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         sync = AdapterSync(
             cfg.rollout_server, out, api_key=os.environ.get("OPENAI_API_KEY") or None, timeout=cfg.server_timeout
         )
-        served = cfg.rollout_model or sync.served_model()  # the server answers before anything is deleted
+        served = sync.served_model(cfg.rollout_model)  # the server answers before anything is deleted
     if not cfg.resume:
         run.clear()  # starting over: the run there goes, now that this one's model and server are there
     metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)

@@ -235,18 +235,22 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         log.info("resuming %s from step %d (its own weights: --model is read by a new run only)", out, start)
     samples = [tokenize_sft_example(tokenizer, ex, template) for ex in examples]
     kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
-    if len(kept) < len(samples):
+    too_long = [s for s in samples if len(s.input_ids) > cfg.max_len]
+    if too_long:
         lengths = sorted(len(s.input_ids) for s in samples)
         log.warning(
             "left out %d of %d examples longer than --max-len %d tokens (lengths: median %d, longest %d); raise "
             "--max-len to train on them (memory and time grow with it), or use a retrieval configuration with "
             "shorter results",
-            len(samples) - len(kept),
+            len(too_long),
             len(samples),
             cfg.max_len,
             lengths[len(lengths) // 2],
             lengths[-1],
         )
+    untrained = sum(1 for s in samples if len(s.input_ids) <= cfg.max_len and not sum(s.loss_mask))
+    if untrained:
+        log.warning("left out %d of %d examples with no trained token", untrained, len(samples))
     if cfg.turn_prefixes > 0:
         cut = [c for s in samples for c in turn_prefixes(s, cfg.turn_prefixes) if len(c.input_ids) <= cfg.max_len]
         log.info("added %d copies cut after the first %d trained turns", len(cut), cfg.turn_prefixes)

@@ -421,7 +421,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from tau_env.error import Error
 
-    if missing("pyarrow"):  # said before any work, not after it
+    try:
+        gone = missing("pyarrow")
+    except Error as e:
+        p.error(str(e))
+    if gone:  # said before any work, not after it
         p.error("writing parquet needs pyarrow: pip install 'tau-env[sft]' (or the 'verl' extra)")
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the left-out examples' warning

@@ -209,19 +209,36 @@ def _entries(path: Path) -> set[str] | None:
         return None
 
 
+#: What a run writes before it plans anything (:func:`_undo_new_run` removes only these).
+_RUN_START = (*_NOTHING_YET, "synth.db", "synth.db-wal", "synth.db-shm", "llm_cache.sqlite", "llm_cache.sqlite-wal",
+              "llm_cache.sqlite-shm")  # fmt: skip
+
+
 def _undo_new_run(path: Path, before: set[str] | None) -> None:
-    """Remove what a run that produced nothing added to ``path`` (the folder itself when it was not
-    there before).
+    """Remove what a run that planned nothing added to ``path``: the run's own start files that were
+    not there before (``before``: the folder's names then, None when there was no folder, which then
+    goes too if nothing else is in it). Files of other programs, and anything that was there, stay.
     """
-    if before is None:
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    for entry in path.iterdir():
-        if entry.name not in before:
+    from tau_env.synthesis.run import LOCK_NAME
+
+    for name in (*_RUN_START, LOCK_NAME):
+        entry = path / name
+        if (before is None or name not in before) and (entry.exists() or entry.is_symlink()):
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
+    if before is None:
+        try:
+            path.rmdir()  # only when empty
+        except OSError:
+            pass
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def _produced_nothing(path: Path) -> bool:
@@ -510,7 +527,10 @@ def run_tasks(
     weights = check_weights(weights)
     folder = Path(out)
     before = _entries(folder)  # None: no folder yet
-    fresh = domain_id is not None and not (folder / "run.json").is_file()
+    try:
+        recorded = (folder / "run.json").read_bytes()  # what a refused weight must not change
+    except OSError:
+        recorded = None
     run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids, weights=weights)
     seed = run.settings.get("seed", 0)  # the run's own, when it continues
     pool: ProcessPoolExecutor | None = None
@@ -524,12 +544,15 @@ def run_tasks(
         try:
             _known_weights(prior, Planner(stage.templates, weights=prior))
         except SynthesisError:
-            # a weight the domain has no use for, on a run this command began: the folder is left as it
-            # was, so the corrected command (or one without --weight) starts afresh instead of being
-            # refused for the recorded mistake
-            if fresh:  # nothing planned yet: what is new in the folder is this command's (it holds the lock)
-                run.close()
-                _undo_new_run(folder, before)
+            # a weight the domain has no use for: the folder is left as it was (a run this command began
+            # goes; a run.json it merged the weight into gets its old content back), so the corrected
+            # command, or one without --weight, is not refused for the recorded mistake
+            if weights is not None:
+                if recorded is None:
+                    run.close()  # the lock file goes with the rest
+                    _undo_new_run(folder, before)
+                else:
+                    _write_bytes_atomic(folder / "run.json", recorded)
             raise
         reflector = Reflector(run.path / "reflection")
         accepted = len(_tasks(run, "tasks.jsonl"))

@@ -56,13 +56,33 @@ def read_file_bytes(path: Path, error: type[Error] = DomainError) -> bytes:
     if not stat.S_ISREG(mode):
         hint = "; replace it with a file (or remove it)."
         if stat.S_ISDIR(mode):  # a folder is more likely a path one level short than something to remove
-            try:
-                inside = sorted(p.name for p in Path(path).iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
-            except OSError:
-                inside = []
-            hint = f"; name a file in it ({', '.join(inside[:6])})." if inside else "; name a file, not a folder."
+            inside = _task_files_in(Path(path))
+            hint = f"; name a file in it ({', '.join(inside)})." if inside else "; name a file, not a folder."
         raise error(f"{path}: expected a regular file, found {_KINDS.get(stat.S_IFMT(mode), 'something else')}{hint}")
     return data  # type: ignore[return-value]
+
+
+def _task_files_in(folder: Path, limit: int = 6) -> list[str]:
+    """Names of files directly in ``folder`` that look like task files (JSON or JSON Lines whose start
+    holds a task's ``"actions"``), for an error that points there; a few, looked at cheaply.
+    """
+    found = []
+    try:
+        candidates = sorted(p for p in folder.iterdir() if p.suffix in (".json", ".jsonl"))[:50]
+    except OSError:
+        return []
+    for p in candidates:
+        try:
+            if not p.is_file():  # a FIFO named *.jsonl would block a read
+                continue
+            with p.open("rb") as f:
+                if b'"actions"' in f.read(65536):
+                    found.append(p.name)
+        except OSError:
+            continue
+        if len(found) == limit:
+            break
+    return found
 
 
 def read_text_file(path: Path, error: type[Error] = DomainError) -> str:

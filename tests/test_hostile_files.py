@@ -249,9 +249,12 @@ def test_a_task_folder_given_as_a_file_names_the_files_in_it(tmp_path):
     instead of suggesting the folder be removed."""
     run = tmp_path / "run1"
     run.mkdir()
-    (run / "composite.jsonl").write_text("", encoding="utf-8")
-    (run / "tasks.jsonl").write_text("", encoding="utf-8")
-    (run / "notes.txt").write_text("", encoding="utf-8")
+    task = '{"id": "t1", "scenario": {}, "actions": []}\n'
+    (run / "composite.jsonl").write_text(task, encoding="utf-8")
+    (run / "tasks.jsonl").write_text(task, encoding="utf-8")
+    (run / "notes.txt").write_text(task, encoding="utf-8")
+    (run / "run.json").write_text('{"domain": "harbor-bank-v0"}', encoding="utf-8")  # JSON, not tasks
+    (run / "verdicts.jsonl").write_text('{"accepted": true}\n', encoding="utf-8")
     with pytest.raises(TaskFileError, match=r"found a folder; name a file in it \(composite\.jsonl, tasks\.jsonl\)\.$"):
         load_tasks(run)
     with pytest.raises(TaskFileError, match=r"found a folder; name a file, not a folder\.$"):

@@ -11,12 +11,14 @@ set -euo pipefail
 : "${TRAIN:?set TRAIN to an SFT parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
-# start-up check, once, before torchrun starts a process per GPU that would each fail the same way
-"${PYTHON:-python}" -c "import verl.trainer.sft_trainer, tau_env.reference_trainers.verl_data" 2>/dev/null || {
-  echo "sft_single_node.sh: needs verl==0.9.1 and tau-env in this Python (${PYTHON:-python}): pip install 'tau-env[verl]'" >&2
+PY="${PYTHON:-$(command -v python || command -v python3 || echo python)}"
+# start-up check, once, before torchrun starts a process per GPU that would each fail the same way; the same
+# Python then runs torchrun (torch.distributed.run), so the check and the launch see one environment
+if ! why=$("$PY" -c "import verl.trainer.sft_trainer, tau_env.reference_trainers.verl_data" 2>&1); then
+  echo "sft_single_node.sh: $PY cannot import veRL's SFT trainer and tau-env (${why##*$'\n'}); install verl==0.9.1 and tau-env there (pip install 'tau-env[verl]') or set PYTHON" >&2
   exit 2
-}
-exec torchrun --standalone --nnodes=1 --nproc_per_node="${GPUS:-8}" -m verl.trainer.sft_trainer \
+fi
+exec "$PY" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node="${GPUS:-8}" -m verl.trainer.sft_trainer \
   --config-path "$CONFIGS" --config-name tau_sft \
   model.path="$(hq "$MODEL")" data.train_files="$(hq "$TRAIN")" data.val_files="$(hq "${VAL:-$TRAIN}")" \
   trainer.n_gpus_per_node="${GPUS:-8}" "$@"

@@ -374,6 +374,18 @@ def test_no_resume_asks_the_server_before_deleting_the_run(tiny_dir, tmp_path):
     finally:
         server.close()
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    with pytest.raises(InfrastructureError, match="127.0.0.1"):
-        grpo.train(_server_cfg(tiny_dir, out, server.url, resume=False))  # the server is gone
-    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    for named in ("", "base"):  # the server is gone: asked even when --rollout-model names the model
+        with pytest.raises(InfrastructureError, match="127.0.0.1"):
+            grpo.train(_server_cfg(tiny_dir, out, server.url, resume=False, rollout_model=named))
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_a_rollout_model_the_server_does_not_serve_is_said_first(tiny_dir, tmp_path):
+    base, _ = _tok_model(tiny_dir)
+    server = MiniVLLM(base)
+    try:
+        with pytest.raises(InfrastructureError, match="serves base, not --rollout-model 'Base'"):
+            grpo.train(_server_cfg(tiny_dir, tmp_path / "g", server.url, rollout_model="Base"))
+        assert [p for p, _ in server.requests] == ["/v1/models"]  # nothing played
+    finally:
+        server.close()

@@ -230,3 +230,18 @@ def test_reading_no_sft_file_at_all_is_said():
 
     with pytest.raises(ResultsFolderError, match="No SFT data given"):
         read_sft_jsonl([])
+
+
+def test_sft_says_how_long_the_examples_it_left_out_are(tiny_and_data, tmp_path, caplog):
+    model, data = tiny_and_data
+    cfg = sft.SFTConfig(
+        model=str(model), data=[str(data)], out=str(tmp_path / "sft"), steps=1, batch_size=1, micro_batch=1,
+        lora_rank=4, retrieval="none", progress=False, device="cpu", max_len=10**6,
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        sft.train(cfg)
+    assert "left out" not in caplog.text
+    with pytest.raises(InvalidOptionError, match="No SFT example fits --max-len 50"):
+        sft.train(sft.SFTConfig(**{**cfg.__dict__, "out": str(tmp_path / "sft2"), "max_len": 50}))
+    assert "left out 1 of 1 examples longer than --max-len 50 tokens (lengths: median" in caplog.text
+    assert "raise --max-len" in caplog.text

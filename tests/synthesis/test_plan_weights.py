@@ -173,6 +173,18 @@ def test_a_refused_weight_is_not_recorded_so_the_command_without_it_runs(tmp_pat
     assert "weights" not in json.loads((out / "run.json").read_text())
 
 
+def test_a_refused_weight_leaves_an_existing_runs_record_as_it_was(tmp_path):
+    """`synth graphs` first (run.json written), then `synth tasks --weight` with a key the domain has no
+    use for: refused, and run.json is byte for byte what it was, so the command without it runs."""
+    out = tmp_path / "run"
+    pipeline.run_graphs(out, ENV)
+    recorded = (out / "run.json").read_bytes()
+    with pytest.raises(SynthesisError, match="failure:none"):
+        pipeline.run_tasks(out, ENV, n=2, batch=5, weights={"failure:none": 4})
+    assert (out / "run.json").read_bytes() == recorded
+    assert pipeline.run_tasks(out, ENV, n=2, batch=5)["accepted"] == 2
+
+
 BAD_VALUES = st.one_of(
     st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=True),
     st.floats(min_value=1.0000001e6, allow_nan=False, allow_infinity=True),
