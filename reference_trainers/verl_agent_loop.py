@@ -92,6 +92,9 @@ class VerlTokenPolicy(TokenPolicy):
         if self.max_context is None:  # first turn: the response budget starts after the first prompt
             self.prompt_length = len(prompt)
             self.max_context = len(prompt) + self.response_length
+            # later turns get this room from TokenPolicy.aact: the template's end of a turn cut at the limit
+            end = self._builder.end_of_turn_tokens if self._builder is not None else 0
+            max_new_tokens = min(max_new_tokens, self.max_context - len(prompt) - end)
         max_new_tokens = max(1, min(max_new_tokens, self.max_context - len(prompt)))
         params = {**self.sampling_params, "logprobs": True, "max_tokens": max_new_tokens}
         started = time.perf_counter()

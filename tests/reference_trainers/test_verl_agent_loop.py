@@ -138,6 +138,8 @@ def test_turns_are_capped_by_the_response_budget(model):
     assert sum(len(tok.encode(t, add_special_tokens=False)) for t in long) > 300
     first_prompt = len(server.calls[0][1])
     assert all(len(p) + c["max_tokens"] <= first_prompt + 300 for _, p, c in server.calls)
+    # every turn leaves room for the template's end of a turn cut at its limit ("<|im_end|>\n"), the first too
+    assert server.calls[0][2]["max_tokens"] <= 300 - 2
 
 
 def test_to_output_refuses_a_prompt_holding_generated_tokens():
