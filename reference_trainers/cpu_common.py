@@ -746,36 +746,54 @@ class MetricsLog:
 
 
 def svg_plot(rows: Sequence[dict[str, Any]], keys: Sequence[str], path: str | Path, title: str = "") -> Path:
-    """A small line chart of ``keys`` against ``step``, one panel per key, as an SVG file."""
+    """A small line chart of ``keys`` against ``step``, one panel per key, as an SVG file.
+
+    Rows without a finite number for a key are left out of its panel; a step logged twice (a run that
+    redid steps) shows its last value; the axes are labelled with the smallest and largest step and
+    value plotted (one point sits in the middle). Text is escaped, so any key or title gives valid XML.
+    """
+    import re
+    from xml.sax.saxutils import escape as _escape
+
+    def escape(text: str) -> str:  # characters XML 1.0 has no place for become U+FFFD
+        return _escape(re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]", "\ufffd", text))
+
     w, h, pad = 360, 160, 36
     panels = []
+
+    def frac(v: float, lo: float, hi: float) -> float:  # halves: a spread of two huge values stays finite
+        span = hi / 2 - lo / 2
+        return (v / 2 - lo / 2) / span if span > 0 else 0.5
+
     for i, key in enumerate(keys):
-        pts = [(r["step"], float(r[key])) for r in rows if isinstance(r.get(key), (int, float)) and "step" in r]
-        pts = [(x, y) for x, y in pts if math.isfinite(y)]
+        last: dict[float, float] = {}
+        for r in rows:
+            v, x = r.get(key), r.get("step")
+            if isinstance(v, (int, float)) and isinstance(x, (int, float)) and math.isfinite(float(v)):
+                last[float(x)] = float(v)
+        pts = sorted(last.items())
         y0 = i * (h + 20) + 20
         box = f'<rect x="{pad}" y="{y0}" width="{w - pad - 8}" height="{h - pad}" fill="none" stroke="#999"/>'
-        label = f'<text x="{pad}" y="{y0 - 4}" font-size="12">{key}</text>'
+        label = f'<text x="{pad}" y="{y0 - 4}" font-size="12">{escape(str(key))}</text>'
         if not pts:
             panels.append(box + label)
             continue
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-        xlo, xhi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-        ylo, yhi = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
+        xlo, xhi, ylo, yhi = min(xs), max(xs), min(ys), max(ys)
         scaled = [
-            (pad + (x - xlo) / (xhi - xlo) * (w - pad - 8), y0 + (h - pad) - (y - ylo) / (yhi - ylo) * (h - pad))
-            for x, y in pts
+            (pad + frac(x, xlo, xhi) * (w - pad - 8), y0 + (h - pad) - frac(y, ylo, yhi) * (h - pad)) for x, y in pts
         ]
         line = " ".join(f"{x:.1f},{y:.1f}" for x, y in scaled)
-        ticks = (
-            f'<text x="2" y="{y0 + 10}" font-size="10">{yhi:.3g}</text>'
-            f'<text x="2" y="{y0 + h - pad}" font-size="10">{ylo:.3g}</text>'
-            f'<text x="{pad}" y="{y0 + h - pad + 12}" font-size="10">step {xlo}</text>'
-            f'<text x="{w - 60}" y="{y0 + h - pad + 12}" font-size="10">{xhi}</text>'
-        )
+        step = lambda x: f"{x:g}"  # noqa: E731
+        ticks = f'<text x="2" y="{y0 + 10}" font-size="10">{yhi:.3g}</text>' if yhi > ylo else ""
+        ticks += f'<text x="2" y="{y0 + h - pad if yhi > ylo else y0 + (h - pad) / 2}" font-size="10">{ylo:.3g}</text>'
+        ticks += f'<text x="{pad}" y="{y0 + h - pad + 12}" font-size="10">step {step(xlo)}</text>'
+        if xhi > xlo:
+            ticks += f'<text x="{w - 60}" y="{y0 + h - pad + 12}" font-size="10">{step(xhi)}</text>'
         dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2"/>' for x, y in scaled) if len(pts) < 60 else ""
         panels.append(box + label + ticks + f'<polyline fill="none" stroke="#1f77b4" points="{line}"/>' + dots)
     height = len(keys) * (h + 20) + 20
-    head = f'<text x="{pad}" y="12" font-size="12" font-weight="bold">{title}</text>' if title else ""
+    head = f'<text x="{pad}" y="12" font-size="12" font-weight="bold">{escape(title)}</text>' if title else ""
     svg = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif">'
         + head

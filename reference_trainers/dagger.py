@@ -290,8 +290,8 @@ def collect(
         except (ValueError, RecursionError):
             done = None
         before = done.get("settings") if isinstance(done, dict) else None
-        if before == settings:
-            return done
+        if before == settings:  # the examples file where this command finds it (the folder may have moved)
+            return {**done, "examples_file": str((out / "examples.jsonl").resolve())}
         differ = (
             [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
             if isinstance(before, dict)
@@ -347,7 +347,7 @@ def collect(
         "learner_played": played,
         "examples": len(examples),
         "trained_turns": sum(sum(ex["train"]) for ex in examples),
-        "examples_file": str(out / "examples.jsonl"),
+        "examples_file": str((out / "examples.jsonl").resolve()),
         "pass@1_mixed": run.metrics.get("pass@1"),
         "settings": settings,
     }

@@ -9,6 +9,7 @@ Bank's text (ChatML specials): offline, in CI, in seconds.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -667,6 +668,48 @@ def test_svg_plot_draws_each_metric(tmp_path):
     rows = [{"step": i, "loss": 1.0 / i, "reward": None} for i in range(1, 5)]
     svg = svg_plot(rows, ["loss", "reward"], tmp_path / "m.svg").read_text()
     assert svg.count("<polyline") == 1 and ">loss<" in svg and ">reward<" in svg
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries(
+            {"step": st.integers(0, 50)},
+            optional={
+                "a<b&c": st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3))
+            },
+        ),
+        max_size=12,
+    ),
+    title=st.text(max_size=12),
+)
+def test_svg_plot_is_valid_xml_with_finite_coordinates_for_any_rows(tmp_path_factory, rows, title):
+    """Any key or title (escaped), any values (huge, NaN, missing), steps repeated or out of order: valid
+    XML; every coordinate finite; a step logged twice drawn once, its last value; points in step order."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    path = svg_plot(rows, ["a<b&c"], tmp_path_factory.mktemp("svg") / "m.svg", title)
+    root = ET.parse(path).getroot()
+    text = path.read_text()
+    assert "nan" not in text and "inf" not in text.replace("font-", "")
+    ns = "{http://www.w3.org/2000/svg}"
+    last = {}
+    for r in rows:
+        v = r.get("a<b&c")
+        if isinstance(v, float) and math.isfinite(v):
+            last[r["step"]] = v
+    lines = root.findall(f"{ns}polyline")
+    assert len(lines) == (1 if last else 0)
+    if last:
+        xs = [float(pt.split(",")[0]) for pt in lines[0].get("points").split()]
+        assert len(xs) == len(last) and xs == sorted(xs)
+    assert not re.search(r'="-?nan"', text)
+
+
+def test_svg_plot_of_one_point_labels_only_what_happened(tmp_path):
+    svg = svg_plot([{"step": 1, "loss": 2.0}], ["loss"], tmp_path / "one.svg").read_text()
+    assert ">step 1<" in svg and ">2<" in svg and ">3<" not in svg and ">2</text><text" not in svg.split("step 1")[1]
 
 
 def test_reused_prefix_generation_equals_plain_generation(tiny_dir, examples):

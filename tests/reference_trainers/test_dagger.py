@@ -318,6 +318,7 @@ def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
     assert configs and all(c["dagger"]["checkpoint"] == str(ckpt) for c in configs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 1 and summary["turns"] >= 1
+    assert summary["examples_file"] == str((out / "examples.jsonl").resolve())  # usable from any folder
     examples = read_sft_jsonl([out / "examples.jsonl"])
     assert len(examples) == summary["examples"] >= 1  # a random model slips at once
     from tau_env.reference_trainers.checkpoint import load_checkpoint
