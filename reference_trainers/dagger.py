@@ -33,8 +33,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
+import hashlib
 import json
 import math
+import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -114,6 +117,7 @@ class DaggerAgent:
         self._task: Task | None = None
         self._learner_turn: tuple[int, dict[str, Any]] | None = None  # (position, turn) played last
         self._rng = random.Random(0)
+        self.log_dir: Path | None = None  # where each episode's log is saved after every turn
 
     def __deepcopy__(self, memo: dict[int, Any]) -> DaggerAgent:
         new = copy.copy(self)  # the learner (its model) and the logs are shared
@@ -138,6 +142,14 @@ class DaggerAgent:
         self.logs[(self._log.task_id, s)] = self._log  # an episode played again replaces its first try
         self._learner_turn = None
 
+    def _save(self) -> None:
+        """Write the episode's log as it stands to ``log_dir`` (when set), replacing its last
+        version: after the episode's last turn it is the whole log, which a resumed round reads
+        back for an episode it does not play again.
+        """
+        if self.log_dir is not None and self._log is not None:
+            save_log(self._log, self.log_dir)
+
     def _credit_learner(self, messages: list[dict[str, Any]]) -> None:
         """Mark the teacher's remaining reference actions that the learner's last played turn
         performed (the same call, carried out: the tool result after it is no error) as done.
@@ -155,6 +167,11 @@ class DaggerAgent:
                 self.teacher.performed(name, args)
 
     async def aact(self, obs: Observation) -> dict[str, Any]:
+        turn = await self._aact(obs)
+        self._save()
+        return turn
+
+    async def _aact(self, obs: Observation) -> dict[str, Any]:
         log = self._log
         if log is None:
             self.reset(None, 0)
@@ -198,6 +215,36 @@ class DaggerAgent:
 
     def __call__(self, obs: Observation) -> Any:
         raise InvalidOptionError("DaggerAgent is asynchronous: run it with tau_env.aevaluate.")
+
+
+def _log_path(folder: Path, task_id: str, seed: int) -> Path:
+    digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return folder / f"{digest}-{seed}.json"
+
+
+def save_log(log: EpisodeLog, folder: Path) -> None:
+    """Write one episode's log to ``folder`` (atomically: a write cut short leaves the last one)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = _log_path(folder, log.task_id, log.seed)
+    data = dataclasses.asdict(log)
+    data["played"] = [[pos, message, trained] for pos, message, trained in log.played]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_log(folder: Path, task_id: str, seed: int) -> EpisodeLog | None:
+    """The log :func:`save_log` wrote for the episode ``(task_id, seed)``, or None (none, or not
+    readable as one).
+    """
+    path = _log_path(folder, task_id, seed)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["played"] = [(int(pos), dict(message), bool(trained)) for pos, message, trained in data["played"]]
+        log = EpisodeLog(**data)
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return None
+    return log if (log.task_id, log.seed) == (task_id, seed) else None
 
 
 def episode_examples(log: EpisodeLog, final_messages: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -250,7 +297,9 @@ def collect(
     ``OUT/examples.jsonl`` (episodes in ``OUT/episodes``). Returns the counts, also written to
     ``OUT/summary.json``, with the settings that made them. A folder that holds a summary of the same
     settings (the checkpoint's content, the tasks, trials, seed, probabilities, caps) is read back,
-    not played again; of other settings, it is refused. ``device``: where the checkpoint generates
+    not played again; of other settings, it is refused. A round cut short (``OUT/round.json``, no
+    summary yet) goes on where it stopped: its finished episodes, with the logs saved after every
+    turn in ``OUT/logs``, are kept and only the others are played. ``device``: where the checkpoint generates
     (``auto``: a GPU when torch sees one, else the CPU); not a setting.
     """
     from tau_env.reference_trainers.checkpoint import checkpoint_digest, checkpoint_policy, resolve_checkpoint
@@ -300,9 +349,36 @@ def collect(
         raise ResultsFolderError(
             f"{out} holds a DAgger round of other settings ({'; '.join(differ)}); pass another --out for these."
         )
+    # a round cut short (Ctrl-C, a crash) left its settings, its finished episodes and their logs:
+    # the same command goes on from there, other settings are refused
+    round_path = out / "round.json"
+    if round_path.is_file():
+        try:
+            before = json.loads(round_path.read_text(encoding="utf-8")).get("settings")
+        except (ValueError, RecursionError, AttributeError):
+            before = None
+        if before != settings:
+            differ = (
+                [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
+                if isinstance(before, dict)
+                else ["its settings are not readable"]
+            )
+            raise ResultsFolderError(
+                f"{out} holds an unfinished DAgger round of other settings ({'; '.join(differ)}); "
+                "pass another --out for these, or run the command that started it to finish it."
+            )
+    elif (out / "episodes").exists() or (out / "logs").exists():
+        raise ResultsFolderError(
+            f"{out} holds DAgger episodes without their settings (round.json); pass another --out."
+        )
     out.mkdir(parents=True, exist_ok=True)
     learner, info = checkpoint_policy(checkpoint, temperature=temperature, max_new_tokens=max_new_tokens, device=device)
     agent = DaggerAgent(learner, p_learner=p_learner, seed=seed, lookup=lookup)
+    agent.log_dir = out / "logs"
+    if not round_path.is_file():
+        tmp = round_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"settings": settings}, indent=1), encoding="utf-8")
+        os.replace(tmp, round_path)
     trained = info.get("agent") or {}
     kwargs: dict[str, Any] = {"max_steps": max_steps, "retrieval": retrieval or trained.get("retrieval") or "grep"}
     if tasks is not None:
@@ -317,7 +393,7 @@ def collect(
             seed=seed,
             concurrency=1,
             out_dir=out / "episodes",
-            resume=False,
+            resume=True,  # the episodes an interrupted run of this round finished are kept
             config={"dagger": {"checkpoint": str(checkpoint), "p_learner": p_learner, "temperature": temperature}},
             **kwargs,
         )
@@ -330,9 +406,18 @@ def collect(
             if x.strip()
         )
     }
+    logs: dict[tuple[str, int], EpisodeLog] = {}
+    for key in records:
+        log = agent.logs.get(key) or load_log(agent.log_dir, *key)  # played now, or by the interrupted run
+        if log is None:
+            raise ResultsFolderError(
+                f"{out}: episode {key[0]!r} (seed {key[1]}) is finished but its log is missing or damaged "
+                f"in {agent.log_dir}; pass another --out to play the round again."
+            )
+        logs[key] = log
     examples: list[dict[str, Any]] = []
     turns = agreed = played = 0
-    for key, log in sorted(agent.logs.items()):
+    for key, log in sorted(logs.items()):
         record = records.get(key)
         view = (record or {}).get("agent_view") or {}
         examples += episode_examples(log, view.get("messages") if isinstance(view, dict) else None)
@@ -341,7 +426,8 @@ def collect(
         for ex in examples:
             f.write(json.dumps(ex, ensure_ascii=False) + "\n")
     summary = {
-        "episodes": len(agent.logs),
+        "episodes": len(logs),
+        "resumed_episodes": run.resumed,
         "turns": turns,
         "agreed": agreed,
         "learner_played": played,

@@ -355,15 +355,25 @@ class TrajectoryBuilder:
             return self.add_messages(messages[n + 1 :], assistant_message=messages[n])
         return self.add_messages(messages[n:])
 
-    def close(self, final_messages: list[dict[str, Any]] | None = None) -> None:
+    def close(self, final_messages: list[dict[str, Any]] | None = None, *, after_last_turn: bool = True) -> None:
         """End the sequence: the last turn's end-of-turn text and, from ``final_messages`` (the
         agent's final chat, e.g. ``EpisodeResult.agent_view["messages"]``), what the env added after
         it, without a generation prompt. Nothing can be added afterwards; closing again does nothing.
+
+        ``after_last_turn=False``: end with the last generated turn's end-of-turn text instead (as
+        :meth:`end_at_last_turn`), its record from ``final_messages`` kept in :attr:`messages`; the
+        env's messages after it are left out of both.
         """
         if self._closed or not self._started:
             self._closed = True
             return
         n, generated = len(self.messages), self._pending is not None
+        if not after_last_turn:
+            if generated and final_messages is not None and len(final_messages) > n:
+                if final_messages[n].get("role") == "assistant":
+                    self.add_messages([], assistant_message=final_messages[n], add_generation_prompt=False)
+            self.end_at_last_turn()
+            return
         if final_messages is not None and len(final_messages) > n:
             if not generated:
                 self.add_messages(final_messages[n:], add_generation_prompt=False)
@@ -400,10 +410,16 @@ class TrajectoryBuilder:
         self._closed = True
 
     def trajectory(
-        self, reward: float | None = None, final_messages: list[dict[str, Any]] | None = None
+        self,
+        reward: float | None = None,
+        final_messages: list[dict[str, Any]] | None = None,
+        *,
+        after_last_turn: bool = True,
     ) -> TokenTrajectory:
-        """The finished :class:`TokenTrajectory` (closes the builder; may be called again)."""
-        self.close(final_messages)
+        """The finished :class:`TokenTrajectory` (closes the builder as :meth:`close` does; may be
+        called again).
+        """
+        self.close(final_messages, after_last_turn=after_last_turn)
         return TokenTrajectory(
             task_id=self.task_id,
             seed=self.seed,

@@ -177,7 +177,12 @@ class TokenPolicy:
 
     # --- trajectories ------------------------------------------------------------------------------
     def trajectories(
-        self, results: Iterable[EpisodeResult] | None = None, *, clear: bool = True, unplayed: str = "raise"
+        self,
+        results: Iterable[EpisodeResult] | None = None,
+        *,
+        clear: bool = True,
+        unplayed: str = "raise",
+        after_last_turn: bool = True,
     ) -> list[TokenTrajectory]:
         """The episodes' token trajectories (closing them).
 
@@ -190,6 +195,10 @@ class TokenPolicy:
             clear: Forget the returned episodes (the next call sees only new ones).
             unplayed: A result with no recorded episode (it ended before the agent's first turn, or
                 another policy played it): ``"raise"``, or ``"skip"`` (left out).
+            after_last_turn: Keep the env's messages after the last generated turn (mask 0) in the
+                sequence and its ``messages``. False: each sequence ends with its last generated turn's
+                end-of-turn text, as a response whose tokens all count against a budget should (no
+                agent token was sampled after them, so no objective reads them).
 
         Raises:
             InvalidOptionError: A result has no recorded episode and ``unplayed`` is ``"raise"``.
@@ -210,7 +219,7 @@ class TokenPolicy:
                         "small?), or another policy played it: pass the results of episodes this policy (or its "
                         "copies) played."
                     )
-                t = b.trajectory(r.reward, (r.agent_view or {}).get("messages"))
+                t = b.trajectory(r.reward, (r.agent_view or {}).get("messages"), after_last_turn=after_last_turn)
                 t.info.update(termination_reason=str(r.termination_reason), trial=r.trial)
                 out.append(t)
                 used.append(b)

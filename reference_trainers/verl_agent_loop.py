@@ -26,11 +26,13 @@ how tool calls print), ``chat_template`` (None: the family's), ``user`` (``scrip
 ``user_model``, ``user_base_url``, ``user_api_key_env``, ``user_temperature``, ``max_new_tokens``
 (per agent turn), ``loop_limit``. A row's ``extra_info.user`` overrides ``user``.
 
-The response budget: the whole multi-turn response (generated turns and the env's additions) must fit
-in ``rollout.response_length``; each turn's ``max_tokens`` is capped by what is left, and a turn with
-no room ends the agent's part (the policy answers empty messages, the harness's loop rule ends the
-episode). The first prompt (system prompt, tool schemas, greeting, first user message) must fit in
-``rollout.prompt_length``, else :class:`~tau_env.error.InvalidOptionError` names both numbers.
+The response budget: the whole multi-turn response (generated turns and the env's additions between
+them) must fit in ``rollout.response_length``; it ends with the last agent turn (what the env said
+after it, e.g. the user's goodbye, is left out: no agent token follows it). Each turn's
+``max_tokens`` is capped by what is left, and a turn with no room ends the agent's part (the
+policy answers empty messages, the harness's loop rule ends the episode). The first prompt
+(system prompt, tool schemas, greeting, first user message) must fit in ``rollout.prompt_length``,
+else :class:`~tau_env.error.InvalidOptionError` names both numbers.
 """
 
 from __future__ import annotations
@@ -263,7 +265,9 @@ class TauAgentLoop(AgentLoopBase):
         result = await tau_env.arun_episode(
             env, policy, self._user(spec), task_id=spec.task_id, seed=spec.seed, loop_limit=self.loop_limit
         )
-        traj = policy.trajectories([result])[0]
+        # the response ends with the last agent turn: the env's closing messages would only spend
+        # response_length (and could mark the sample truncated) without any agent token after them
+        traj = policy.trajectories([result], after_last_turn=False)[0]
         prompt_length = policy.prompt_length if policy.prompt_length is not None else len(traj.input_ids)
         if prompt_length > self.rollout_config.prompt_length:
             raise InvalidOptionError(

@@ -340,3 +340,66 @@ def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
     assert main([*argv[:2], "--out", str(file / "sub"), "--task", TASK]) == 2
     with pytest.raises(SystemExit):
         main([*argv[:4], "--p-learner", "2"])
+
+
+def test_a_round_cut_short_goes_on_where_it_stopped_and_gives_what_one_run_gives(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tau_env.reference_trainers import dagger
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+
+    corpus = [json.dumps(_teacher_episode()["agent_view"])] * 3
+    model = build_tiny_model(tmp_path / "tiny", corpus)
+    ckpt = base_checkpoint(model, tmp_path / "base", retrieval="grep", max_new_tokens=6)
+    tasks = [TASK, "found_card_unlock", "update_email_and_phone"]
+    kwargs = {"task_ids": tasks, "p_learner": 1.0, "max_steps": 4}
+
+    calls: list[tuple[str, int]] = []
+    real = dagger.DaggerAgent._aact
+
+    async def counted(self, obs):
+        calls.append((self._log.task_id, self._log.seed))
+        return await real(self, obs)
+
+    monkeypatch.setattr(dagger.DaggerAgent, "_aact", counted)
+    whole = dagger.collect(ckpt, tmp_path / "whole", **kwargs)
+    per_episode = collections.Counter(calls)
+    assert whole["episodes"] == 3 and whole["resumed_episodes"] == 0 and len(per_episode) == 3
+
+    # cut the round short in its second episode (as Ctrl-C does)
+    calls.clear()
+
+    async def interrupted(self, obs):
+        calls.append((self._log.task_id, self._log.seed))
+        if len(set(calls)) == 2:
+            raise KeyboardInterrupt
+        return await real(self, obs)
+
+    monkeypatch.setattr(dagger.DaggerAgent, "_aact", interrupted)
+    out = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        dagger.collect(ckpt, out, **kwargs)
+    assert not (out / "summary.json").exists() and (out / "round.json").is_file()
+    done = {k for k in calls if calls.count(k) == per_episode[k]} - {calls[-1]}
+    assert len(done) == 1
+
+    # other settings are refused on the unfinished round; the same ones play only what is left
+    with pytest.raises(dagger.ResultsFolderError, match="unfinished DAgger round"):
+        dagger.collect(ckpt, out, **{**kwargs, "max_steps": 5})
+    calls.clear()
+    monkeypatch.setattr(dagger.DaggerAgent, "_aact", counted)
+    resumed = dagger.collect(ckpt, out, **kwargs)
+    assert set(calls) == set(per_episode) - done  # the finished episode is not played again
+    assert resumed["resumed_episodes"] == 1
+    for key in ("episodes", "turns", "agreed", "learner_played", "examples", "trained_turns", "pass@1_mixed"):
+        assert resumed[key] == whole[key], key
+    lines = lambda p: sorted((p / "examples.jsonl").read_text().splitlines())  # noqa: E731
+    assert lines(out) == lines(tmp_path / "whole")
+
+    # a finished episode whose log is gone cannot give its examples: said, not skipped
+    (out / "summary.json").unlink()
+    for f in (out / "logs").iterdir():
+        f.write_text("{not json")
+    with pytest.raises(dagger.ResultsFolderError, match="log is missing or damaged"):
+        dagger.collect(ckpt, out, **kwargs)

@@ -591,3 +591,24 @@ def test_server_policy_sends_the_seed_unless_told_not_to(qwen_tok, send_seed):
     policy = ServerTokenPolicy("http://127.0.0.1:9/v1", "tiny", qwen_tok, family="qwen", send_seed=send_seed)
     body = policy.request_body([1, 2, 3], 8, seed=1234)
     assert ("seed" in body) is send_seed and body.get("seed", 1234) == 1234
+
+
+def test_a_sequence_can_end_with_the_last_agent_turn_leaving_out_what_the_env_said_after_it(qwen_tok, tiny_model):
+    def play(after_last_turn):
+        policy = LocalTokenPolicy(tiny_model, qwen_tok, family="qwen", temperature=1.0, max_new_tokens=12)
+        result = _episode(policy, user=_chatty_user)
+        return result, policy.trajectories([result], after_last_turn=after_last_turn)[0]
+
+    result, whole = play(True)
+    _, cut = play(False)  # the same episode (seeded by episode and turn)
+    last_agent = max(i for i, m in enumerate(whole.agent_mask) if m)
+    tail = qwen_tok.decode(whole.input_ids[last_agent + 1 :], skip_special_tokens=False)
+    assert "###STOP###" in tail  # the user's goodbye came after the last agent turn
+    # cut: the same tokens up to the last agent turn, then only the end of that turn
+    n = len(cut.input_ids)
+    assert cut.input_ids == whole.input_ids[:n] and cut.agent_mask == whole.agent_mask[:n]
+    end = qwen_tok.decode(cut.input_ids[last_agent + 1 :], skip_special_tokens=False)
+    assert end in ("\n", "<|im_end|>\n")  # the rest of <|im_end|>\n, or all of it after a turn cut at its limit
+    assert cut.num_agent_tokens == whole.num_agent_tokens and cut.rollout_logprobs == whole.rollout_logprobs[:n]
+    assert cut.messages == whole.messages[: whole.info["generated_messages"][-1] + 1]
+    assert cut.reward == whole.reward == result.reward

@@ -120,6 +120,9 @@ def test_worker_runs_episodes_with_masks_logprobs_and_rewards(model):
         last_prompt = calls[-1][1]
         seq = b["input_ids"][i][b["attention_mask"][i].bool()].tolist()
         assert seq[: len(last_prompt)] == last_prompt
+        # ... and nothing after it but the template's end of that turn: what the env said after the
+        # last agent turn (the user's goodbye) spends no response budget
+        assert tok.decode(seq[len(last_prompt) :]) == script[-1] + "<|im_end|>\n"
     text = tok.decode(b["responses"][0][b["attention_mask"][0, prompt_len:].bool()])
     assert "<tool_response>\nrestocked\n</tool_response>" in text  # the tool ran in the env, mask 0
     assert all(p["logprobs"] is True and p["max_tokens"] >= 1 for _, _, p in server.calls)
