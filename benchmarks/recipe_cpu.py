@@ -1255,9 +1255,29 @@ def run(args: argparse.Namespace, model_dir: Path, tmp: Any) -> int:
         "plots": [str(out / "sft" / "metrics.svg")]
         + ([str(sft_ckpt.parents[1] / "metrics.svg")] if args.dagger else [])
         + [str(grpo_dir / "metrics.svg")],
+        "out": str(out.resolve()),
     }
+    if tmp is not None:  # its folder goes when the script exits: name nothing in it
+        result = without_paths_under(result, Path(tmp.name))
+        result["out"] = None
+        result["kept"] = (
+            "nothing: --quick without --out runs in a temporary folder, deleted on exit (--out DIR keeps it)"
+        )
     print(json.dumps(result, default=str))
     return 0
+
+
+def without_paths_under(value: Any, root: Path) -> Any:
+    """``value`` (JSON-like) with every string that is a path inside ``root`` replaced by None."""
+    if isinstance(value, dict):
+        return {k: without_paths_under(v, root) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_paths_under(v, root) for v in value]
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str) and any(value.startswith(str(r)) for r in (root, root.resolve())):
+        return None
+    return value
 
 
 if __name__ == "__main__":

@@ -71,3 +71,17 @@ def test_benchmark_runs_quick(script: Path, data_missing: str | None, tmp_path: 
         where = "CI is set (.ci/run provides it)" if os.environ.get("CI") else "what it needs is here"
         pytest.fail(f"{script.name} --quick skipped its run ({why}) although {where}")
     assert len(lines) >= 2, f"{script.name} --quick printed its JSON line but no table"
+    gone = [v for v in _strings(result) if os.path.isabs(v) and not os.path.exists(v)]
+    assert not gone, f"{script.name} --quick names paths that do not exist after it exits: {gone[:5]}"
+
+
+def _strings(value):
+    """Every string in a JSON value."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, str):
+        yield value
