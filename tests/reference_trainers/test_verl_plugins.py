@@ -245,7 +245,7 @@ def test_the_launchers_pass_paths_with_hydra_syntax_in_them_as_one_value(tmp_pat
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    odd = tmp_path / "run (copy), it's=[1]"
+    odd = tmp_path / "run (copy), it's=[1] ${oops} \\'"
     odd.mkdir()
     model, train = odd / "model", odd / "rl.parquet"
     launched = tmp_path / "launched.txt"
@@ -266,8 +266,31 @@ def test_the_launchers_pass_paths_with_hydra_syntax_in_them_as_one_value(tmp_pat
         if "=" in arg and not arg.startswith("-"):
             o = parser.parse_override(arg)
             values[o.key_or_group] = o.value()
-    assert values["actor_rollout_ref.model.path"] == str(model)
-    assert values["data.train_files"] == values["data.val_files"] == str(train)
+    assert _as_config_holds(values["actor_rollout_ref.model.path"]) == str(model)
+    assert _as_config_holds(values["data.train_files"]) == _as_config_holds(values["data.val_files"]) == str(train)
+
+
+def _as_config_holds(value):
+    """What veRL's config holds for an override's value: OmegaConf resolves it when read."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"value": value}).value
+
+
+def _hq(value: str) -> str:
+    import subprocess
+
+    script = f'. "{CONFIGS.parent / "launch" / "hydra_quote.sh"}"; hq "$1"'
+    return subprocess.run(["bash", "-c", script, "hq", value], capture_output=True, text=True, check=True).stdout
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("\\'\"${}[](),= a\né")), max_size=14))
+def test_hq_gives_veRLs_config_any_value_as_written(value):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    override = OverridesParser.create().parse_override("k=" + _hq(value))
+    assert _as_config_holds(override.value()) == value
 
 
 def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
@@ -282,7 +305,7 @@ def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from tau_env.reference_trainers import verl_launch
 
-    odd = tmp_path / "run(1),it's"
+    odd = tmp_path / "run(1),it's${x}"
     odd.mkdir()
     model, train = odd / "model", odd / "rl.parquet"
     bin_dir = tmp_path / "bin"
@@ -321,7 +344,7 @@ def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
     args = verl_launch.decode(words[2])
     assert args[:4] == ["--config-path", str(CONFIGS), "--config-name", "tau_grpo"]
     parser = OverridesParser.create()
-    values = {o.key_or_group: o.value() for o in map(parser.parse_override, args[4:])}
+    values = {o.key_or_group: _as_config_holds(o.value()) for o in map(parser.parse_override, args[4:])}
     assert values["actor_rollout_ref.model.path"] == str(model)
     assert values["data.train_files"] == values["data.val_files"] == str(train)
 
