@@ -687,16 +687,17 @@ def dagger_data(
 
     rng = random.Random(args.seed + 3)
     tasks = rng.sample(pool, min(args.dagger, len(pool)))
-    folder = out / f"dagger_{checkpoint.name}_{len(tasks)}-p{args.dagger_p:g}-t{args.eval_temperature:g}"
+    workers = max(1, min(args.workers, len(tasks)))
+    # the shards' tasks depend on the seed and the number of workers: another of either, another folder
+    folder = out / (
+        f"dagger_{checkpoint.name}_{len(tasks)}-p{args.dagger_p:g}-t{args.eval_temperature:g}-s{args.seed}-w{workers}"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     mix = folder / "sft_mix.jsonl"
-    workers = max(1, min(args.workers, len(tasks)))
     started = time.perf_counter()
     cmds = []
-    for k in range(workers):
+    for k in range(workers):  # every shard: one already played reads back, one cut short goes on
         shard_out = folder / f"shard-{k}"
-        if (shard_out / "summary.json").is_file():
-            continue
         cmd = [sys.executable, "-m", "tau_env.reference_trainers.dagger", "--checkpoint", str(checkpoint)]
         cmd += ["--out", str(shard_out), "--tasks", str(synth / "tasks.jsonl"), "--seed", str(args.seed)]
         cmd += ["--p-learner", f"{args.dagger_p:g}", "--temperature", f"{args.eval_temperature:g}"]

@@ -141,6 +141,7 @@ class DaggerAgent:
         self._log = EpisodeLog(task.id if task is not None else "", s)
         self.logs[(self._log.task_id, s)] = self._log  # an episode played again replaces its first try
         self._learner_turn = None
+        self._save()  # an episode may end before the agent's first turn; a replayed one drops its old log
 
     def _save(self) -> None:
         """Write the episode's log as it stands to ``log_dir`` (when set), replacing its last
@@ -229,7 +230,7 @@ def save_log(log: EpisodeLog, folder: Path) -> None:
     data = dataclasses.asdict(log)
     data["played"] = [[pos, message, trained] for pos, message, trained in log.played]
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    tmp.write_text(json.dumps(data), encoding="utf-8")  # ASCII escapes: a lone surrogate a model wrote round-trips
     os.replace(tmp, path)
 
 
@@ -340,7 +341,11 @@ def collect(
             done = None
         before = done.get("settings") if isinstance(done, dict) else None
         if before == settings:  # the examples file where this command finds it (the folder may have moved)
-            return {**done, "examples_file": str((out / "examples.jsonl").resolve())}
+            return {
+                **done,
+                "examples_file": str((out / "examples.jsonl").resolve()),
+                "checkpoint_path": str(Path(checkpoint).resolve()),
+            }
         differ = (
             [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
             if isinstance(before, dict)
@@ -372,7 +377,15 @@ def collect(
             f"{out} holds DAgger episodes without their settings (round.json); pass another --out."
         )
     out.mkdir(parents=True, exist_ok=True)
-    learner, info = checkpoint_policy(checkpoint, temperature=temperature, max_new_tokens=max_new_tokens, device=device)
+    # named by its content in the episodes' record, not by the path it was read from: the same checkpoint
+    # named another way (a relative path, a moved folder) resumes the round
+    learner, info = checkpoint_policy(
+        checkpoint,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        name=f"checkpoint {settings['checkpoint']}",
+    )
     agent = DaggerAgent(learner, p_learner=p_learner, seed=seed, lookup=lookup)
     agent.log_dir = out / "logs"
     if not round_path.is_file():
@@ -394,7 +407,9 @@ def collect(
             concurrency=1,
             out_dir=out / "episodes",
             resume=True,  # the episodes an interrupted run of this round finished are kept
-            config={"dagger": {"checkpoint": str(checkpoint), "p_learner": p_learner, "temperature": temperature}},
+            config={
+                "dagger": {"checkpoint": settings["checkpoint"], "p_learner": p_learner, "temperature": temperature}
+            },
             **kwargs,
         )
     )
@@ -434,6 +449,7 @@ def collect(
         "examples": len(examples),
         "trained_turns": sum(sum(ex["train"]) for ex in examples),
         "examples_file": str((out / "examples.jsonl").resolve()),
+        "checkpoint_path": str(Path(checkpoint).resolve()),
         "pass@1_mixed": run.metrics.get("pass@1"),
         "settings": settings,
     }

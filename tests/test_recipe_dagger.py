@@ -41,15 +41,22 @@ def _example(tag: str) -> str:
     )
 
 
-def test_the_continued_sft_data_is_every_label_and_as_many_replayed(tmp_path):
+def test_the_continued_sft_data_is_every_label_and_as_many_replayed(tmp_path, monkeypatch):
     args = argparse.Namespace(
-        seed=0, dagger=4, dagger_p=0.5, eval_temperature=0.3, workers=2, max_new_tokens=8, retrieval="grep"
+        seed=0,
+        dagger=4,
+        dagger_p=0.5,
+        eval_temperature=0.3,
+        workers=2,
+        max_new_tokens=8,
+        retrieval="grep",
+        device="cpu",
     )
     ckpt = tmp_path / "sft" / "checkpoints" / "step-000010"
     pool = ["a", "b", "c", "d", "e"]
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(_example(f"orig{i}") + "\n" for i in range(50)), encoding="utf-8")
-    folder = tmp_path / "dagger_step-000010_4-p0.5-t0.3"
+    folder = tmp_path / "dagger_step-000010_4-p0.5-t0.3-s0-w2"
     labels = {0: ["l0", "l1", "l2"], 1: ["l3"]}
     for k, tags in labels.items():  # the shards already played: read back, not played again
         shard = folder / f"shard-{k}"
@@ -64,8 +71,14 @@ def test_the_continued_sft_data_is_every_label_and_as_many_replayed(tmp_path):
             "examples_file": str(shard / "examples.jsonl"),
         }
         (shard / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    ran = []  # every shard's command runs (the command reads a finished shard back, refuses another)
+    monkeypatch.setattr(recipe, "run_workers", lambda folder, cmds, *a, **k: ran.extend(cmds))
     mix, stats = recipe.dagger_data(tmp_path, ckpt, tmp_path / "synth", pool, data, args)
     assert mix.parent == folder
+    assert [k for k, _ in ran] == [0, 1]
+    shard_tasks = [[cmd[i + 1] for i, w in enumerate(cmd) if w == "--task"] for _, cmd in ran]
+    assert sorted(t for ts in shard_tasks for t in ts) == sorted(set(t for ts in shard_tasks for t in ts))
+    assert sum(map(len, shard_tasks)) == 4 and all(t in pool for ts in shard_tasks for t in ts)
     tags = [json.loads(x)["task_id"] for x in mix.read_text(encoding="utf-8").splitlines()]
     assert sorted(t for t in tags if t.startswith("l")) == ["l0", "l1", "l2", "l3"]
     replayed = [t for t in tags if t.startswith("orig")]

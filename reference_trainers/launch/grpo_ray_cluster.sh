@@ -16,6 +16,7 @@ set -euo pipefail
 : "${NNODES:?set NNODES to the number of GPU nodes}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
+no_interpolation MODEL TRAIN VAL CONFIGS
 PY="${PYTHON:-python}"
 PLUGIN="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"
 

@@ -13,6 +13,7 @@ set -euo pipefail
 : "${TRAIN:?set TRAIN to an RL parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
+no_interpolation MODEL TRAIN VAL CONFIGS
 PY="${PYTHON:-python}"
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"
 

@@ -1,26 +1,34 @@
-# Sourced by the launch scripts. hq VALUE prints VALUE as one quoted Hydra override value that veRL's
-# config holds as VALUE: a path with spaces, parentheses, commas, '=', brackets or quotes stays one
-# value (Hydra reads an unquoted one as its grammar: "run (copy)" or "a,b" would not parse, or parse
-# as something else), and a '${' in it stays text (OmegaConf would read ${...} as an interpolation).
+# Sourced by the launch scripts.
+#
+# hq VALUE prints VALUE as one quoted Hydra override value: a path with spaces, parentheses, commas,
+# '=', brackets, quotes or backslashes stays one value (Hydra reads an unquoted one as its grammar:
+# "run (copy)" or "a,b" would not parse, or parse as something else).
+#
+# no_interpolation NAME... stops the launcher (exit 2) when one of these variables holds '${': veRL
+# resolves its whole config (OmegaConf.resolve) before reading it, which turns any escaped '${' back
+# into an interpolation, so no quoting keeps such a path as written.
 
-# REPLY=$1 with a backslash before each $2 and the backslashes just before it doubled (in both
-# grammars a backslash escapes what follows it there, and one before the escape is itself escaped)
-_hq_escape() {
-  local v=$1 m=$2 out="" pre run
-  while [[ $v == *"$m"* ]]; do
-    pre=${v%%"$m"*}
-    run=${pre##*[!\\]}
-    out+=${pre%"$run"}$run$run\\$m
-    v=${v#*"$m"}
+no_interpolation() {
+  local name
+  for name in "$@"; do
+    if [[ ${!name-} == *'${'* ]]; then
+      echo "$(basename "$0"): $name=${!name} holds '\${', which veRL's config reads as an interpolation; rename the folder or point a link without it there" >&2
+      exit 2
+    fi
   done
-  REPLY=$out$v
 }
 
 hq() {
-  local v tail=""
-  _hq_escape "$1" '${'     # OmegaConf, which reads the value Hydra gives it: \${ is a literal ${
-  _hq_escape "$REPLY" "'"  # Hydra: \' is a quote inside a quoted value
-  v=$REPLY
+  local LC_ALL=C  # byte by byte: every character looked for is ASCII, and a path need not be UTF-8
+  local v=$1 out="" pre run tail=""
+  # Hydra: \' is a quote inside a quoted value, and the backslashes just before one are doubled
+  while [[ $v == *"'"* ]]; do
+    pre=${v%%"'"*}
+    run=${pre##*[!\\]}
+    out+=${pre%"$run"}$run$run\\\'
+    v=${v#*"'"}
+  done
+  v=$out$v
   while [[ $v == *\\ ]]; do v=${v%\\}; tail+='\\'; done  # a trailing backslash would escape the closing quote
   printf "'%s%s'" "$v" "$tail"
 }

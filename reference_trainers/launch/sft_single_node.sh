@@ -11,6 +11,7 @@ set -euo pipefail
 : "${TRAIN:?set TRAIN to an SFT parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
+no_interpolation MODEL TRAIN VAL CONFIGS
 PY="${PYTHON:-$(command -v python || command -v python3 || echo python)}"
 # start-up check, once, before torchrun starts a process per GPU that would each fail the same way; the same
 # Python then runs torchrun (torch.distributed.run), so the check and the launch see one environment

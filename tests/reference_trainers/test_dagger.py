@@ -12,6 +12,8 @@ import collections
 import copy
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -303,7 +305,7 @@ def test_any_learner_gives_valid_examples_of_the_teachers_turns_only(slips, p, s
 def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.checkpoint import base_checkpoint, checkpoint_digest
     from tau_env.reference_trainers.cpu_common import build_tiny_model, read_sft_jsonl, tokenize_sft_example
     from tau_env.reference_trainers.dagger import main
 
@@ -315,8 +317,10 @@ def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
     argv = ["--checkpoint", str(ckpt.parents[1]), "--out", str(out), "--task", TASK, "--p-learner", "1"]
     assert main([*argv, "--max-steps", "6"]) == 0
     configs = [json.loads(c.read_text()) for c in out.rglob("config.json")]
-    assert configs and all(c["dagger"]["checkpoint"] == str(ckpt) for c in configs)
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["checkpoint_path"] == str(ckpt.resolve())
+    # the episodes' record names the checkpoint by its content, not by the path it was read from
+    assert configs and all(c["dagger"]["checkpoint"] == checkpoint_digest(ckpt) for c in configs)
     assert summary["episodes"] == 1 and summary["turns"] >= 1
     assert summary["examples_file"] == str((out / "examples.jsonl").resolve())  # usable from any folder
     examples = read_sft_jsonl([out / "examples.jsonl"])
@@ -389,7 +393,10 @@ def test_a_round_cut_short_goes_on_where_it_stopped_and_gives_what_one_run_gives
         dagger.collect(ckpt, out, **{**kwargs, "max_steps": 5})
     calls.clear()
     monkeypatch.setattr(dagger.DaggerAgent, "_aact", counted)
-    resumed = dagger.collect(ckpt, out, **kwargs)
+    moved = tmp_path / "elsewhere" / "step"  # the same checkpoint, named by another path
+    shutil.copytree(ckpt, moved)
+    monkeypatch.chdir(moved.parent)
+    resumed = dagger.collect(Path("step"), out, **kwargs)
     assert set(calls) == set(per_episode) - done  # the finished episode is not played again
     assert resumed["resumed_episodes"] == 1
     for key in ("episodes", "turns", "agreed", "learner_played", "examples", "trained_turns", "pass@1_mixed"):
@@ -403,3 +410,40 @@ def test_a_round_cut_short_goes_on_where_it_stopped_and_gives_what_one_run_gives
         f.write_text("{not json")
     with pytest.raises(dagger.ResultsFolderError, match="log is missing or damaged"):
         dagger.collect(ckpt, out, **kwargs)
+
+
+def test_an_episode_that_ends_before_the_agents_first_turn_resumes_too(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tau_env.reference_trainers import dagger
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", [json.dumps(_teacher_episode()["agent_view"])] * 3)
+    ckpt = base_checkpoint(model, tmp_path / "base", retrieval="grep", max_new_tokens=6)
+    kwargs = {"task_ids": [TASK, "found_card_unlock"], "max_steps": 1}  # the user's first line spends the budget
+    first = dagger.collect(ckpt, tmp_path / "d", **kwargs)
+    assert first["episodes"] == 2 and first["turns"] == 0
+    (tmp_path / "d" / "summary.json").unlink()  # as if killed after the last record
+    again = dagger.collect(ckpt, tmp_path / "d", **kwargs)
+    assert again["resumed_episodes"] == 2 and again["episodes"] == 2 and again["examples"] == first["examples"]
+
+
+_text = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=8)
+_message = st.fixed_dictionaries({"role": st.sampled_from(["assistant", "user", "tool"]), "content": _text})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    task_id=_text,
+    seed=st.integers(-(2**63), 2**63 - 1),
+    played=st.lists(st.tuples(st.integers(0, 50), _message, st.booleans()), max_size=4),
+    examples=st.lists(st.fixed_dictionaries({"messages": st.lists(_message, max_size=3)}), max_size=2),
+)
+def test_an_episode_log_reads_back_as_it_was_saved_whatever_text_it_holds(tmp_path, task_id, seed, played, examples):
+    """Lone surrogates (a model can write one as a JSON escape), any task id, any seed."""
+    from tau_env.reference_trainers.dagger import load_log, save_log
+
+    log = EpisodeLog(task_id, seed, tools=[{"name": task_id}], examples=examples, played=played, turns=len(played))
+    save_log(log, tmp_path / "logs")
+    assert load_log(tmp_path / "logs", task_id, seed) == log

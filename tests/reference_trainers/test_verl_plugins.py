@@ -11,7 +11,7 @@ pytest.importorskip("verl")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from tau_env.reference_trainers import verl_plugins as vp  # noqa: E402
 from tau_env.reference_trainers.objectives import group_loo_advantages, grpo_loss, rollout_mask  # noqa: E402
@@ -245,7 +245,7 @@ def test_the_launchers_pass_paths_with_hydra_syntax_in_them_as_one_value(tmp_pat
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    odd = tmp_path / "run (copy), it's=[1] ${oops} \\'"
+    odd = tmp_path / "run (copy), it's=[1] $x {y} \\'"
     odd.mkdir()
     model, train = odd / "model", odd / "rl.parquet"
     launched = tmp_path / "launched.txt"
@@ -271,10 +271,12 @@ def test_the_launchers_pass_paths_with_hydra_syntax_in_them_as_one_value(tmp_pat
 
 
 def _as_config_holds(value):
-    """What veRL's config holds for an override's value: OmegaConf resolves it when read."""
+    """What veRL's config holds for an override's value: main_ppo resolves the whole config first."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.create({"value": value}).value
+    config = OmegaConf.create({"value": value})
+    OmegaConf.resolve(config)
+    return config.value
 
 
 def _hq(value: str) -> str:
@@ -285,12 +287,37 @@ def _hq(value: str) -> str:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("\\'\"${}[](),= a\né")), max_size=14))
-def test_hq_gives_veRLs_config_any_value_as_written(value):
+@given(st.text(alphabet=st.sampled_from(list("\\'\"${}[](),= a\né-")), max_size=14).filter(lambda v: "${" not in v))
+def test_hq_gives_veRLs_config_any_value_without_an_interpolation_as_written(value):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     override = OverridesParser.create().parse_override("k=" + _hq(value))
     assert _as_config_holds(override.value()) == value
+
+
+@pytest.mark.parametrize("script", ["grpo_single_node.sh", "grpo_ray_cluster.sh", "sft_single_node.sh"])
+@pytest.mark.parametrize("var", ["MODEL", "TRAIN", "VAL"])
+def test_a_launcher_refuses_a_path_veRL_would_read_as_an_interpolation(script, var, tmp_path):
+    """veRL resolves its config (OmegaConf.resolve) before reading it: no quoting keeps '${' as text."""
+    import os
+    import subprocess
+
+    launched = tmp_path / "launched"
+    stub = tmp_path / "python"
+    stub.write_text(f"#!/usr/bin/env bash\ntouch '{launched}'\n")
+    stub.chmod(0o755)
+    env = {
+        **os.environ,
+        "MODEL": str(tmp_path / "m"),
+        "TRAIN": str(tmp_path / "t.parquet"),
+        "RAY_ADDRESS": "http://127.0.0.1:1",
+        "NNODES": "1",
+        "PYTHON": str(stub),
+        var: str(tmp_path / "run ${oc.env:HOME}" / "x"),
+    }
+    done = subprocess.run(["bash", str(CONFIGS.parent / "launch" / script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and not launched.exists()
+    assert f"{script}: {var}=" in done.stderr and "interpolation" in done.stderr
 
 
 def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
@@ -305,7 +332,7 @@ def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from tau_env.reference_trainers import verl_launch
 
-    odd = tmp_path / "run(1),it's${x}"
+    odd = tmp_path / "run(1),it's$x{y}\\"
     odd.mkdir()
     model, train = odd / "model", odd / "rl.parquet"
     bin_dir = tmp_path / "bin"
@@ -356,3 +383,25 @@ def test_the_launch_encoding_round_trips_any_arguments(args):
     word = verl_launch.encode(args)
     assert word.isascii() and all(c.isalnum() or c in "+/=" for c in word)
     assert verl_launch.decode(word) == args
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=1, max_size=12).filter(lambda b: b"\0" not in b))
+@example(b"\xe9\\")  # bash 5.2 in C.UTF-8 printed what lay in memory after it
+def test_hq_reads_a_path_byte_by_byte_whatever_the_locale(value):
+    """A path need not be UTF-8: in a UTF-8 locale bash's pattern matching read garbage there."""
+    import os
+    import subprocess
+
+    script = f'. "{CONFIGS.parent / "launch" / "hydra_quote.sh"}"; hq "$1"'
+    env = {**os.environ, "LC_ALL": "C.UTF-8"}
+    got = subprocess.run([b"bash", b"-c", script.encode(), b"hq", value], env=env, capture_output=True).stdout
+    expected, run = b"", b""
+    for byte in value:  # the escaping hq does, byte by byte
+        c = bytes([byte])
+        if c == b"\\":
+            run += c
+            continue
+        expected += (run * 2 + b"\\'") if c == b"'" else run + c
+        run = b""
+    assert got == b"'" + expected + run * 2 + b"'"
