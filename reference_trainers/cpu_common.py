@@ -376,6 +376,13 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 raise ResultsFolderError(
                     f"{p}:{n} is not an SFT example ({problem}; expected messages, tools and train)."
                 )
+            try:  # a JSON escape can spell a lone surrogate, which is no text: no tokenizer encodes it
+                json.dumps(ex, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as e:
+                bad = e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
+                raise ResultsFolderError(
+                    f"{p}:{n} holds a lone surrogate ({bad}), which is no character: no tokenizer can encode it."
+                ) from None
             found += 1
             unusable = training_problem(ex)
             if unusable:
@@ -648,6 +655,25 @@ def check_finite(trainer: str, step: int, loss: float | None, grad_norm: float, 
     )
 
 
+def check_finite_weights(trainer: str, step: int, params: Iterable[Any], last: Path | None, hint: str) -> None:
+    """Stop a run at a step whose update left a trained weight NaN or infinite (a finite gradient
+    times a huge learning rate): before it is logged, saved or sent to a rollout server, so the run's
+    latest checkpoint stays the last good one.
+
+    Raises:
+        DivergedError: naming the step, the checkpoint the run can resume from and ``hint``.
+    """
+    import torch
+
+    if all(bool(torch.isfinite(p).all()) for p in params):
+        return
+    where = f"its latest checkpoint is {last}" if last else "it has no checkpoint yet"
+    raise DivergedError(
+        f"{trainer} step {step}: the update made trained weights non-finite (the loss and gradient were finite); "
+        f"nothing of this step was logged or saved ({where}). {hint}"
+    )
+
+
 def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any], free: Iterable[str]) -> None:
     """Refuse to resume the run in ``run_dir`` (its checkpoint's config ``saved``) with the config
     ``now`` when they differ in a setting outside ``free`` (the settings that change only where, how
@@ -852,6 +878,15 @@ def check_number(
         )
 
 
+def max_threads() -> int:
+    """The most ``--threads`` a trainer takes: 4 per CPU here (many more only slow it down, and
+    thousands make BLAS crash the process when it starts them).
+    """
+    import os
+
+    return 4 * (os.cpu_count() or 1)
+
+
 def check_family(family: str) -> None:
     """``--family``: empty (from the tokenizer) or one of the rollout's tool templates."""
     if family not in ("", *FAMILIES):
@@ -885,10 +920,13 @@ def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: s
         p.error(str(e))
 
 
-def run_main(prog: str, fn: Any) -> int:
+def run_main(
+    prog: str, fn: Any, resumes: str = "the command without --no-resume resumes from there"
+) -> int:
     """A trainer's command line: ``fn()``'s exit status, or for an error of tau_env's (bad data, a
     folder that is no checkpoint, a run that may not resume) one ``PROG: error: ...`` line on stderr
-    and exit status 2, not a traceback; Ctrl-C is one ``PROG: interrupted ...`` line and status 130.
+    and exit status 2, not a traceback; Ctrl-C is one ``PROG: interrupted ...`` line (saying how the
+    command ``resumes``) and status 130.
     """
     import sys
 
@@ -900,11 +938,7 @@ def run_main(prog: str, fn: Any) -> int:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            f"{prog}: interrupted; what it saved stays in its --out (the command without --no-resume resumes from "
-            "there)",
-            file=sys.stderr,
-        )
+        print(f"{prog}: interrupted; what it saved stays in its --out ({resumes})", file=sys.stderr)
         return 130
 
 

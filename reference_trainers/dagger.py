@@ -39,6 +39,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from typing import Any
 
 from tau_env.agents import TeacherAgent
 from tau_env.error import InvalidOptionError, ResultsFolderError
+from tau_env.harness.results import LOCK_NAME, FolderLock
 from tau_env.policy import Observation
 from tau_env.tasks import Task
 
@@ -292,6 +294,7 @@ def collect(
     retrieval: str | None = None,
     lookup: str = "early",
     device: str = "auto",
+    restart: bool = False,
 ) -> dict[str, Any]:
     """Play ``checkpoint`` with the teacher labelling it (:class:`DaggerAgent`) on ``task_ids`` of
     ``env`` (or of the task file ``tasks``) with the scripted user, and write the examples to
@@ -300,14 +303,12 @@ def collect(
     settings (the checkpoint's content, the tasks, trials, seed, probabilities, caps) is read back,
     not played again; of other settings, it is refused. A round cut short (``OUT/round.json``, no
     summary yet) goes on where it stopped: its finished episodes, with the logs saved after every
-    turn in ``OUT/logs``, are kept and only the others are played. ``device``: where the checkpoint generates
-    (``auto``: a GPU when torch sees one, else the CPU); not a setting.
+    turn in ``OUT/logs``, are kept and only the others are played. ``restart``: start over in ``OUT``
+    (what a round wrote there goes, once the checkpoint and the tasks have loaded). ``device``: where
+    the checkpoint generates (``auto``: a GPU when torch sees one, else the CPU); not a setting.
     """
-    from tau_env.reference_trainers.checkpoint import checkpoint_digest, checkpoint_policy, resolve_checkpoint
+    from tau_env.reference_trainers.checkpoint import checkpoint_digest, resolve_checkpoint
     from tau_env.reference_trainers.cpu_common import content_digest
-
-    from tau_env import ScriptedUser
-    from tau_env.harness import aevaluate
 
     out = Path(out)
     for p in (out, *out.parents):
@@ -333,8 +334,53 @@ def collect(
         "retrieval": retrieval,
         "lookup": lookup,
     }
-    summary_path = out / "summary.json"
-    if summary_path.is_file():
+    out.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(
+        out / LOCK_NAME,
+        lambda pid: ResultsFolderError(
+            f"{out} is in use by another DAgger command{pid}; wait for it, or pass another --out."
+        ),
+    )
+    try:
+        return _collect_locked(checkpoint, out, settings, tasks, task_ids, restart, device)
+    finally:
+        lock.release()
+
+
+#: What a round writes in its folder (``restart`` removes these, and nothing else).
+ROUND_FILES = ("summary.json", "round.json", "round.tmp", "examples.jsonl")
+ROUND_DIRS = ("logs", "episodes")
+
+
+def _refusal(out: Path, what: str, before: Any, settings: dict[str, Any]) -> ResultsFolderError:
+    differ = (
+        [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
+        if isinstance(before, dict)
+        else ["its settings are not readable"]
+    )
+    return ResultsFolderError(
+        f"{out} holds {what} of other settings ({'; '.join(differ)}); pass another --out for these, or --restart "
+        "to start over there."
+    )
+
+
+def _collect_locked(
+    checkpoint: Path,
+    out: Path,
+    settings: dict[str, Any],
+    tasks: str | Path | None,
+    task_ids: list[str] | None,
+    restart: bool,
+    device: str,
+) -> dict[str, Any]:
+    from tau_env.reference_trainers.checkpoint import checkpoint_policy
+
+    import tau_env
+    from tau_env import ScriptedUser
+    from tau_env.harness import aevaluate
+
+    summary_path, round_path = out / "summary.json", out / "round.json"
+    if summary_path.is_file() and not restart:
         try:
             done = json.loads(summary_path.read_text(encoding="utf-8"))
         except (ValueError, RecursionError):
@@ -346,69 +392,74 @@ def collect(
                 "examples_file": str((out / "examples.jsonl").resolve()),
                 "checkpoint_path": str(Path(checkpoint).resolve()),
             }
-        differ = (
-            [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
-            if isinstance(before, dict)
-            else ["its settings are not recorded"]
-        )
-        raise ResultsFolderError(
-            f"{out} holds a DAgger round of other settings ({'; '.join(differ)}); pass another --out for these."
-        )
+        raise _refusal(out, "a DAgger round", before, settings)
     # a round cut short (Ctrl-C, a crash) left its settings, its finished episodes and their logs:
     # the same command goes on from there, other settings are refused
-    round_path = out / "round.json"
-    if round_path.is_file():
+    if round_path.is_file() and not restart:
         try:
             before = json.loads(round_path.read_text(encoding="utf-8")).get("settings")
         except (ValueError, RecursionError, AttributeError):
             before = None
         if before != settings:
-            differ = (
-                [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
-                if isinstance(before, dict)
-                else ["its settings are not readable"]
-            )
-            raise ResultsFolderError(
-                f"{out} holds an unfinished DAgger round of other settings ({'; '.join(differ)}); "
-                "pass another --out for these, or run the command that started it to finish it."
-            )
-    elif (out / "episodes").exists() or (out / "logs").exists():
+            raise _refusal(out, "an unfinished DAgger round", before, settings)
+    elif not restart and any((out / d).exists() for d in ROUND_DIRS):
         raise ResultsFolderError(
-            f"{out} holds DAgger episodes without their settings (round.json); pass another --out."
+            f"{out} holds DAgger episodes without their settings (round.json); pass another --out, or --restart "
+            "to start over there."
         )
-    out.mkdir(parents=True, exist_ok=True)
     # named by its content in the episodes' record, not by the path it was read from: the same checkpoint
     # named another way (a relative path, a moved folder) resumes the round
     learner, info = checkpoint_policy(
         checkpoint,
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
+        temperature=settings["temperature"],
+        max_new_tokens=settings["max_new_tokens"],
         device=device,
         name=f"checkpoint {settings['checkpoint']}",
     )
-    agent = DaggerAgent(learner, p_learner=p_learner, seed=seed, lookup=lookup)
+    agent = DaggerAgent(learner, p_learner=settings["p_learner"], seed=settings["seed"], lookup=settings["lookup"])
     agent.log_dir = out / "logs"
+    trained = info.get("agent") or {}
+    kwargs: dict[str, Any] = {
+        "max_steps": settings["max_steps"],
+        "retrieval": settings["retrieval"] or trained.get("retrieval") or "grep",
+    }
+    if tasks is not None:
+        kwargs["tasks"] = str(tasks)
+    # what the round plays is checked before anything of an earlier round goes or this one is recorded
+    env = settings["env"]
+    probe = tau_env.make(env, **kwargs)  # the task file loads and its tasks can start; the retrieval exists
+    try:
+        for task_id in task_ids or ():
+            probe.domain.task(task_id)
+    finally:
+        probe.close()
+    if restart:
+        for name in ROUND_FILES:
+            (out / name).unlink(missing_ok=True)
+        for name in ROUND_DIRS:
+            if (out / name).is_dir() and not (out / name).is_symlink():
+                shutil.rmtree(out / name)
     if not round_path.is_file():
         tmp = round_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"settings": settings}, indent=1), encoding="utf-8")
         os.replace(tmp, round_path)
-    trained = info.get("agent") or {}
-    kwargs: dict[str, Any] = {"max_steps": max_steps, "retrieval": retrieval or trained.get("retrieval") or "grep"}
-    if tasks is not None:
-        kwargs["tasks"] = str(tasks)
     run = asyncio.run(
         aevaluate(
             env,
             agent,
             ScriptedUser(),
             task_ids=task_ids or None,
-            trials=trials,
-            seed=seed,
+            trials=settings["trials"],
+            seed=settings["seed"],
             concurrency=1,
             out_dir=out / "episodes",
             resume=True,  # the episodes an interrupted run of this round finished are kept
             config={
-                "dagger": {"checkpoint": settings["checkpoint"], "p_learner": p_learner, "temperature": temperature}
+                "dagger": {
+                    "checkpoint": settings["checkpoint"],
+                    "p_learner": settings["p_learner"],
+                    "temperature": settings["temperature"],
+                }
             },
             **kwargs,
         )
@@ -427,7 +478,7 @@ def collect(
         if log is None:
             raise ResultsFolderError(
                 f"{out}: episode {key[0]!r} (seed {key[1]}) is finished but its log is missing or damaged "
-                f"in {agent.log_dir}; pass another --out to play the round again."
+                f"in {agent.log_dir}; pass --restart to play the round again."
             )
         logs[key] = log
     examples: list[dict[str, Any]] = []
@@ -483,6 +534,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=40)
     p.add_argument("--retrieval", default=None, help="default: the checkpoint's")
     p.add_argument(
+        "--restart",
+        action="store_true",
+        help="start over in --out (default: a round there of the same settings goes on)",
+    )
+    p.add_argument(
         "--device", default="auto", help="where the checkpoint generates: auto (a GPU if torch sees one), cpu, cuda[:N]"
     )
     args = p.parse_args(argv)
@@ -504,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         check_device(args.device)
     except InvalidOptionError as e:
         p.error(str(e))
-    return run_main(p.prog, lambda: _collect_and_print(args))
+    return run_main(p.prog, lambda: _collect_and_print(args), "the same command goes on from there")
 
 
 def _collect_and_print(args: argparse.Namespace) -> int:
@@ -522,6 +578,7 @@ def _collect_and_print(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         retrieval=args.retrieval,
         device=args.device,
+        restart=args.restart,
     )
     print(json.dumps(summary))
     return 0

@@ -60,11 +60,13 @@ from tau_env.reference_trainers.cpu_common import (
     check_device,
     check_family,
     check_finite,
+    check_finite_weights,
     check_number,
     check_resume,
     config_dict,
     content_digest,
     matmul_precision,
+    max_threads,
     opt,
     pad_rows,
     prefix_shared_logits,
@@ -152,13 +154,14 @@ class GRPOConfig:
     progress: bool = opt(True, "show a progress bar")
 
     def __post_init__(self) -> None:
-        for name in ("lora_rank", "lora_layers", "save_every", "keep_checkpoints", "threads"):
+        check_number(self, "threads", 0, max_threads(), integer=True)
+        for name in ("lora_rank", "lora_layers", "save_every", "keep_checkpoints"):
             check_number(self, name, 0, integer=True)
         for name in ("max_steps", "steps", "tasks_per_step", "max_new_tokens", "max_context", "micro_batch"):
             check_number(self, name, 1, integer=True)
         check_number(self, "concurrency", 1, integer=True)
         check_number(self, "group_size", 2, integer=True)  # leave-one-out needs another rollout of the task
-        check_number(self, "seed", integer=True)
+        check_number(self, "seed", -(2**63), 2**63 - 1, integer=True)
         check_number(self, "temperature", 0)
         check_number(self, "lr", 0, above=True)
         check_number(self, "lora_alpha", 0, above=True)
@@ -204,12 +207,15 @@ def tasks_digest(tasks: str) -> str:
 
 
 def task_pool(cfg: GRPOConfig) -> list[str]:
-    """The task ids training draws from."""
-    if cfg.task_ids:
-        return list(cfg.task_ids)
+    """The task ids training draws from, checked now (the task file loads, its tasks can start, each
+    of ``task_ids`` is one of them): a task that cannot be played is said before the run starts, not
+    at the step that draws it.
+    """
     env = tau_env.make(cfg.domain, **make_kwargs(cfg))
     try:
-        return [t.id for t in env.domain.tasks]
+        for task_id in cfg.task_ids:
+            env.domain.task(task_id)  # UnknownTaskError, with the closest id
+        return list(cfg.task_ids) or [t.id for t in env.domain.tasks]
     finally:
         env.close()
 
@@ -428,7 +434,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         if trained.get("retrieval"):
             cfg = dataclasses.replace(cfg, retrieval=str(trained["retrieval"]))
     set_threads(cfg.threads or None)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed % 2**64)  # torch takes 0 .. 2**64 - 1
     out = Path(cfg.out)
     pool = task_pool(cfg)  # a bad task file is said before the folder or a model is touched
     run = open_run_dir(out, "grpo", cfg.resume)  # a file there, a run of another trainer or a live one: said here
@@ -576,6 +582,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         check_finite("GRPO", step + 1, _mean(stats, "loss"), float(norm), last, f"Lower --lr (now {cfg.lr:g}).")
         if trained:
             optimizer.step()
+            check_finite_weights("GRPO", step + 1, params, last, f"Lower --lr (now {cfg.lr:g}).")
             if sync is not None:  # the server rolls out with the new weights from now on
                 policy.model = sync.push(model, step + 1)
             else:

@@ -160,7 +160,8 @@ class TokenPolicy:
             b.end_at_last_turn()  # the trajectory ends with the last turn sampled, within max_context
             return {"role": "assistant", "content": ""}
         self._turn += 1
-        ids, logprobs, finish = await self._generate(prompt, room, self.seed * 1009 + self._turn)
+        # one seed per episode and turn, folded into what torch and a server's int64 take
+        ids, logprobs, finish = await self._generate(prompt, room, (self.seed * 1009 + self._turn) % 2**63)
         b.add_generated(ids, logprobs, finish)
         self.usage.requests += 1
         self.usage.add({"prompt_tokens": len(prompt), "completion_tokens": len(ids)})

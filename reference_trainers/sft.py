@@ -45,12 +45,14 @@ from tau_env.reference_trainers.cpu_common import (
     check_device,
     check_family,
     check_finite,
+    check_finite_weights,
     check_number,
     check_resume,
     compact_targets,
     config_dict,
     content_digest,
     matmul_precision,
+    max_threads,
     opt,
     predicting_positions,
     prefix_cache,
@@ -121,12 +123,12 @@ class SFTConfig:
             "lora_layers",
             "save_every",
             "keep_checkpoints",
-            "threads",
         ):
             check_number(self, name, 0, integer=True)
+        check_number(self, "threads", 0, max_threads(), integer=True)
         for name in ("batch_size", "micro_batch", "max_len", "max_new_tokens"):
             check_number(self, name, 1, integer=True)
-        check_number(self, "seed", integer=True)
+        check_number(self, "seed", -(2**63), 2**63 - 1, integer=True)
         check_number(self, "lr", 0, above=True)
         check_number(self, "lora_alpha", 0, above=True)
         check_number(self, "weight_decay", 0)
@@ -193,6 +195,16 @@ def micro_step(
     return float(loss.detach()), int(valid.sum()) + p
 
 
+def check_env(domain: str, retrieval: str) -> None:
+    """Raise :class:`~tau_env.error.Error` unless ``domain`` is an environment id and ``retrieval``
+    one of its retrieval configurations (empty: its default).
+    """
+    import tau_env
+
+    env = tau_env.make(domain, **({"retrieval": retrieval} if retrieval else {}))
+    env.close()
+
+
 def train(cfg: SFTConfig) -> Path:
     """Run SFT; returns the last checkpoint's folder. On a GPU its float32 products are TF32
     (:func:`matmul_precision`), the caller's setting back after.
@@ -204,12 +216,13 @@ def train(cfg: SFTConfig) -> Path:
 
 def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     set_threads(cfg.threads or None)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed % 2**64)  # torch takes 0 .. 2**64 - 1
     random.seed(cfg.seed)
     out = Path(cfg.out)
     if not cfg.data:
         raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
     examples = read_sft_jsonl(cfg.data)  # bad data is named before a model is loaded
+    check_env(cfg.domain, cfg.retrieval)  # recorded for eval and GRPO: said now, not when they start
     drawn = cfg.steps * cfg.batch_size if cfg.steps else cfg.epochs * len(examples)
     if drawn > MAX_EXAMPLES:  # the batch order is drawn up front: a run that never ends would hang there
         raise InvalidOptionError(
@@ -326,8 +339,10 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
             loss += part_loss
             tokens += part_tokens
         norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-        check_finite("SFT", step + 1, loss, float(norm), last, f"Lower --lr (now {cfg.lr:g}) or raise --warmup-steps.")
+        hint = f"Lower --lr (now {cfg.lr:g}) or raise --warmup-steps."
+        check_finite("SFT", step + 1, loss, float(norm), last, hint)
         optimizer.step()
+        check_finite_weights("SFT", step + 1, params, last, hint)
         seconds = time.perf_counter() - started
         row = metrics.log(
             step + 1,

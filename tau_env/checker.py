@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from tau_env.error import CheckError, did_you_mean
 
 if TYPE_CHECKING:
+    from tau_env.db import EpisodeDB
     from tau_env.domain import Domain
     from tau_env.tasks import Action, Task
     from tau_env.tools import Toolbox
@@ -57,14 +58,28 @@ def named_tool_problems(box: Toolbox, i: int, action: Action) -> list[str]:
     return problems
 
 
-def static_task_problems(domain: Domain, task: Task) -> list[str]:
-    """What ``task`` breaks that is seen without running anything: reference actions naming a tool
+def static_task_problems(domain: Domain, task: Task, db: EpisodeDB | None = None) -> list[str]:
+    """What ``task`` breaks that is seen without running an episode: reference actions naming a tool
     the domain lacks, a tool of the other seat, an episode-ending tool before the end, or an id its
-    tool does not know; required documents the knowledge base lacks. A task file loaded by path is
-    refused on these (:meth:`Domain.with_tasks`): its targets would be computed from actions that
-    cannot run.
+    tool does not know; required documents the knowledge base lacks; an ``initial_state`` the
+    database refuses (a column it lacks, a value its constraints refuse), found by applying it to
+    the seed in ``db`` (an :class:`~tau_env.db.EpisodeDB` to reuse across tasks; None: a new one),
+    then rolled back. A task file loaded by path is refused on these (:meth:`Domain.with_tasks`):
+    its targets would be computed from actions that cannot run, and its episodes could not start.
     """
     problems: list[str] = []
+    init = domain.initializer(task)
+    if init is not None:
+        from tau_env.db import EpisodeDB
+
+        scratch = db if db is not None else EpisodeDB(domain.schema)
+        try:
+            scratch.start(domain.seed_image, init)
+        except Exception as e:  # noqa: BLE001 - a domain's own apply_initial_state may raise anything
+            problems.append(f"its initial_state does not fit the database: {e}")
+        finally:
+            if db is None:
+                scratch.close()
     box = domain.toolbox("all")
     for i, a in enumerate(task.actions):
         t = box.tools.get(a.name)

@@ -145,15 +145,20 @@ class Domain:
         new.grader = Grader(new)
         if path is not None:  # a user's file: refused on what cannot run (a list is the caller's own to check)
             from tau_env.checker import static_task_problems
+            from tau_env.db import EpisodeDB
 
-            for t in tasks:
-                problems = static_task_problems(new, t)
-                if problems:
-                    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-                    raise TaskFileError(
-                        f"{path}: task {t.id!r}: {problems[0]}{more} `tau-env check ENV_ID --tasks {path}` lists "
-                        "every problem."
-                    )
+            scratch = EpisodeDB(new.schema)  # each task's initial state over the seed, rolled back
+            try:
+                for t in tasks:
+                    problems = static_task_problems(new, t, scratch)
+                    if problems:
+                        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                        raise TaskFileError(
+                            f"{path}: task {t.id!r}: {problems[0]}{more} `tau-env check ENV_ID --tasks {path}` "
+                            "lists every problem."
+                        )
+            finally:
+                scratch.close()
         return new
 
     def task(self, task_id: str) -> Task:

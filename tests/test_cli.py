@@ -579,6 +579,16 @@ def test_agent_checkpoint_without_the_train_extra_says_which_extra(monkeypatch, 
     [
         (lambda t: t["actions"][-1].update(name="unlock_kard"), "no tool named 'unlock_kard'"),
         (lambda t: t.update(required_documents=["no_such_doc"]), "required document 'no_such_doc' does not exist"),
+        # an initial state the database refuses: the episode could not start (found when played, hours in)
+        (
+            lambda t: t.update(initial_state={"customers": [{"customer_id": "C-9", "tier": "platinum-ultra"}]}),
+            "its initial_state does not fit the database: ",
+        ),
+        (
+            lambda t: t.update(initial_state={"customers": [{"customer_idd": "C-9"}]}),
+            "its initial_state does not fit the database: Table 'customers' has no column 'customer_idd'",
+        ),
+        (lambda t: t.update(initial_state={"no_such_table": []}), "its initial_state does not fit the database: "),
     ],
 )
 def test_a_task_file_whose_actions_cannot_run_is_refused_by_eval_and_listed_by_check(tmp_path, capsys, edit, said):

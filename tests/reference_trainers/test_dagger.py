@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tau_env.reference_trainers.dagger import DaggerAgent, EpisodeLog, episode_examples, same_turn
 
 import tau_env
-from tau_env.error import InvalidOptionError
+from tau_env.error import InvalidOptionError, ResultsFolderError
 from tau_env.messages import assistant_message, say, tool_call
 
 ENV = "harbor-bank-v0"
@@ -447,3 +447,55 @@ def test_an_episode_log_reads_back_as_it_was_saved_whatever_text_it_holds(tmp_pa
     log = EpisodeLog(task_id, seed, tools=[{"name": task_id}], examples=examples, played=played, turns=len(played))
     save_log(log, tmp_path / "logs")
     assert load_log(tmp_path / "logs", task_id, seed) == log
+
+
+def test_a_command_that_fails_on_its_inputs_leaves_nothing_that_blocks_the_corrected_one(tmp_path, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tau_env.reference_trainers import dagger
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+
+    from tau_env.error import UnknownTaskError
+    from tau_env.harness.results import LOCK_NAME, FolderLock
+
+    model = build_tiny_model(tmp_path / "tiny", [json.dumps(_teacher_episode()["agent_view"])] * 3)
+    ckpt = base_checkpoint(model, tmp_path / "base", retrieval="grep", max_new_tokens=6)
+    out = tmp_path / "d"
+    with pytest.raises(UnknownTaskError, match="travel_notice_simpel"):  # a typo: said before anything is recorded
+        dagger.collect(ckpt, out, task_ids=["travel_notice_simpel"], max_steps=4)
+    with pytest.raises(InvalidOptionError, match="bogus"):
+        dagger.collect(ckpt, out, task_ids=[TASK], max_steps=4, retrieval="bogus")
+    assert not (out / "round.json").exists() and not (out / "episodes").exists()
+    first = dagger.collect(ckpt, out, task_ids=[TASK], max_steps=4)
+    assert first["episodes"] == 1
+    # another round in the same folder: refused, naming --restart; --restart plays it there
+    with pytest.raises(ResultsFolderError, match="--restart"):
+        dagger.collect(ckpt, out, task_ids=[TASK], max_steps=5)
+    again = dagger.collect(ckpt, out, task_ids=[TASK], max_steps=5, restart=True)
+    assert again["settings"]["max_steps"] == 5 and again["resumed_episodes"] == 0
+    assert dagger.collect(ckpt, out, task_ids=[TASK], max_steps=5) == again  # read back
+    # --restart whose inputs fail removes nothing
+    with pytest.raises(UnknownTaskError):
+        dagger.collect(ckpt, out, task_ids=["nope"], max_steps=6, restart=True)
+    assert json.loads((out / "summary.json").read_text())["settings"]["max_steps"] == 5
+    # one command per folder at a time
+    lock = FolderLock(out / LOCK_NAME, lambda pid: AssertionError("held"))
+    try:
+        with pytest.raises(ResultsFolderError, match="in use by another DAgger command"):
+            dagger.collect(ckpt, out, task_ids=[TASK], max_steps=5)
+    finally:
+        lock.release()
+
+
+def test_ctrl_c_in_dagger_says_the_same_command_goes_on(tmp_path, monkeypatch, capsys):
+    from tau_env.reference_trainers import dagger
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dagger, "_collect_and_print", interrupted)
+    pytest.importorskip("torch")
+    assert dagger.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "o")]) == 130
+    err = capsys.readouterr().err
+    assert "the same command goes on from there" in err and "--no-resume" not in err

@@ -22,7 +22,7 @@ from tau_env.reference_trainers import grpo, sft  # noqa: E402
 from tau_env.reference_trainers.checkpoint import latest_checkpoint, load_checkpoint, open_run_dir  # noqa: E402
 from tau_env.reference_trainers.cpu_common import DivergedError, MetricsLog  # noqa: E402
 
-from tau_env.error import InvalidOptionError, ResultsFolderError  # noqa: E402
+from tau_env.error import InvalidOptionError, ResultsFolderError, TaskFileError, UnknownTaskError  # noqa: E402
 
 
 def _cfg(model, data, out, **kw) -> sft.SFTConfig:
@@ -144,6 +144,53 @@ def test_a_diverging_run_stops_before_its_update_and_saves_nothing_non_finite(ti
     argv = ["--model", str(model), "--data", str(data), "--out", str(tmp_path / "cli"), "--steps", "6"]
     assert sft.main([*argv, "--lr", "1e9", "--warmup-steps", "0", "--grad-clip", "0", "--no-progress"]) == 2
     assert "not finite" in capsys.readouterr().err
+
+
+def test_grpo_no_resume_keeps_the_run_when_the_new_task_file_cannot_be_played(tiny_and_data, tmp_path):
+    """A task whose initial state the database refuses is found when the file loads, not when the
+    task is drawn: --no-resume deletes nothing, and no run starts that would die at that task."""
+    from tau_env.registry import registry
+
+    model, _ = tiny_and_data
+    out = tmp_path / "grpo"
+    base = dict(
+        model=str(model), out=str(out), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1, group_size=2,
+        max_steps=3, max_new_tokens=4, retrieval="none", progress=False, device="cpu", save_every=1,
+    )  # fmt: skip
+    grpo.train(grpo.GRPOConfig(**base))
+    old = sorted(p.name for p in (out / "checkpoints").iterdir())
+    task = registry.load_domain("harbor-bank-v0").task("found_card_unlock").model_dump(mode="json")
+    task["initial_state"] = {"customers": [{"customer_id": "C-9", "tier": "platinum-ultra"}]}
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text(json.dumps(task) + "\n")
+    with pytest.raises(TaskFileError, match="task 'found_card_unlock': its initial_state does not fit"):
+        grpo.train(grpo.GRPOConfig(**{**base, "tasks": str(bad), "resume": False}))
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == old and _steps(out) == [1]
+    with pytest.raises(UnknownTaskError, match="found_card_unlok"):  # a misspelt id: said before the run too
+        grpo.train(grpo.GRPOConfig(**{**base, "task_ids": ["found_card_unlok"], "resume": False}))
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == old and _steps(out) == [1]
+
+
+def test_an_update_that_makes_weights_non_finite_is_neither_saved_nor_logged(tiny_and_data, tmp_path, capsys):
+    """A finite, clipped gradient times a huge learning rate: the loss and gradient pass their check,
+    the weights after the step do not (the checkpoint would load, then break whatever samples it)."""
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    with pytest.raises(DivergedError, match=r"SFT step 1: the update made trained weights non-finite"):
+        sft.train(_cfg(model, data, out, steps=2, lr=1e308, warmup_steps=0))
+    assert latest_checkpoint(out) is None and not (out / "metrics.jsonl").exists()
+    good = sft.train(_cfg(model, data, tmp_path / "good", steps=1))
+    argv = ["--model", str(model), "--data", str(data), "--out", str(tmp_path / "cli"), "--steps", "1"]
+    assert sft.main([*argv, "--lr", "1e308", "--warmup-steps", "0", "--lora-rank", "4", "--no-progress"]) == 2
+    assert "non-finite" in capsys.readouterr().err and latest_checkpoint(tmp_path / "cli") is None
+    cfg = grpo.GRPOConfig(
+        model=str(good), out=str(tmp_path / "grpo"), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1,
+        group_size=2, max_steps=4, max_new_tokens=4, retrieval="none", progress=False, device="cpu", lr=1e308,
+        skip_zero_signal=False, save_every=1,
+    )  # fmt: skip
+    with pytest.raises(DivergedError, match="GRPO step 1: the update made trained weights non-finite"):
+        grpo.train(cfg)
+    assert latest_checkpoint(tmp_path / "grpo") is None
 
 
 def test_a_context_too_short_for_the_prompt_is_said(tiny_and_data, tmp_path, caplog):

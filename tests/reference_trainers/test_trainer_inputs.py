@@ -40,8 +40,8 @@ SFT_RANGES = [
     ("lora_layers", 0, [-2]),
     ("max_new_tokens", 1, [0]),
     ("save_every", 0, [-1]),
-    ("threads", 0, [-1]),
-    ("seed", -7, [0.5]),
+    ("threads", 0, [-1, 100_000]),  # 100,000 threads crashed the process in BLAS
+    ("seed", -(2**63), [0.5, 2**63, -(2**63) - 1]),  # what eval's --seed takes
 ]
 GRPO_RANGES = [
     ("steps", 1, [0, -1]),
@@ -61,6 +61,8 @@ GRPO_RANGES = [
     ("lora_rank", 0, [-1]),
     ("server_timeout", 0.5, [0.0, -1.0, math.nan]),
     ("max_failed_fraction", 0.0, [-0.1, 1.5, math.nan]),
+    ("threads", 0, [-1, 100_000]),
+    ("seed", 2**63 - 1, [2**63, 10**23]),
 ]
 
 
@@ -223,6 +225,50 @@ def test_bad_data_is_named_before_training_starts(tmp_path, capsys, example):
     _no_traceback(err, "python -m tau_env.reference_trainers.sft")
     assert f"{data}:2 is not JSON" in err
     assert not (out / "checkpoints").exists() and not (out / "latest").exists()
+
+
+def test_a_lone_surrogate_is_named_by_file_and_line(tmp_path, example):
+    """Valid JSON (an escape) but no text: the tokenizer failed with a TypeError mid-run."""
+    bad = json.loads(json.dumps(example))
+    bad["messages"][-1]["content"] = "fine \ud800 then"
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps(example) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    with pytest.raises(ResultsFolderError, match=rf"{path}:2 holds a lone surrogate \(\\ud800\)"):
+        read_sft_jsonl([path])
+
+
+def test_an_env_or_retrieval_sft_would_record_but_nothing_can_play_is_refused_first(tmp_path, capsys, example):
+    """SFT records --domain and --retrieval for eval and GRPO: a wrong one failed only there, after training."""
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(example) + "\n", encoding="utf-8")
+    for flag, value, said in (("--retrieval", "bogus", "Unknown retrieval configuration 'bogus'"),
+                              ("--domain", "bogus-v0", "No environment 'bogus-v0'")):  # fmt: skip
+        out = tmp_path / value
+        argv = ["--model", str(tmp_path / "none"), "--data", str(data), "--out", str(out), flag, value]
+        assert sft.main([*argv, "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        _no_traceback(err, "python -m tau_env.reference_trainers.sft")
+        assert said in err and not out.exists()
+
+
+def test_the_extreme_seeds_train(tiny_and_data, tmp_path):
+    """Seeds derived from the run's (per step, episode and turn) stay in what torch and servers take."""
+    model, data = tiny_and_data
+    common = dict(model=str(model), steps=1, lora_rank=4, retrieval="none", progress=False, device="cpu")
+    for seed in (-(2**63), 2**63 - 1):
+        sft.train(sft.SFTConfig(**common, data=[str(data)], out=str(tmp_path / f"s{seed}"), batch_size=1, seed=seed))
+        grpo.train(
+            grpo.GRPOConfig(
+                **common,
+                out=str(tmp_path / f"g{seed}"),
+                task_ids=["found_card_unlock"],
+                tasks_per_step=1,
+                group_size=2,
+                max_steps=3,
+                max_new_tokens=4,
+                seed=seed,
+            )  # fmt: skip
+        )
 
 
 def test_dagger_refuses_a_folder_that_is_no_checkpoint_in_one_line(tmp_path, capsys):
