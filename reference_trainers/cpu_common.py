@@ -409,6 +409,26 @@ class Sample:
     task_id: str = ""
 
 
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of ``tokenizer`` stands for (its longest vocabulary entry as
+    written; a byte-level or byte-fallback entry stands for fewer than it is written with).
+    """
+    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+
+
+def surely_longer_than(example: dict[str, Any], max_len: int, token_chars: int) -> bool:
+    """Whether ``example`` has more than ``max_len`` tokens for sure, from the characters of its
+    text alone (each token stands for at most ``token_chars`` of them; the template only adds
+    tokens): a huge example is left out without tokenizing it, which takes seconds and gigabytes.
+    """
+    chars = 0
+    for m in example.get("messages") or ():
+        chars += len(m.get("content") or "") if isinstance(m.get("content"), str) else 0
+        if chars > max_len * token_chars:
+            return True
+    return False
+
+
 def tokenize_sft_example(tokenizer: Any, example: dict[str, Any], chat_template: str | None) -> Sample:
     """An SFT example as the rollout would have produced it, token for token.
 
@@ -920,9 +940,7 @@ def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: s
         p.error(str(e))
 
 
-def run_main(
-    prog: str, fn: Any, resumes: str = "the command without --no-resume resumes from there"
-) -> int:
+def run_main(prog: str, fn: Any, resumes: str = "the command without --no-resume resumes from there") -> int:
     """A trainer's command line: ``fn()``'s exit status, or for an error of tau_env's (bad data, a
     folder that is no checkpoint, a run that may not resume) one ``PROG: error: ...`` line on stderr
     and exit status 2, not a traceback; Ctrl-C is one ``PROG: interrupted ...`` line (saying how the

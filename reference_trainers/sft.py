@@ -51,6 +51,7 @@ from tau_env.reference_trainers.cpu_common import (
     compact_targets,
     config_dict,
     content_digest,
+    longest_token_chars,
     matmul_precision,
     max_threads,
     opt,
@@ -62,6 +63,7 @@ from tau_env.reference_trainers.cpu_common import (
     resolve_device,
     set_threads,
     split_point,
+    surely_longer_than,
     svg_plot,
     tokenize_sft_example,
     trainer_main,
@@ -246,20 +248,27 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
         log.info("resuming %s from step %d (its own weights: --model is read by a new run only)", out, start)
-    samples = [tokenize_sft_example(tokenizer, ex, template) for ex in examples]
+    token_chars = longest_token_chars(tokenizer)
+    huge = sum(1 for ex in examples if surely_longer_than(ex, cfg.max_len, token_chars))  # not tokenized
+    samples = [
+        tokenize_sft_example(tokenizer, ex, template)
+        for ex in examples
+        if not surely_longer_than(ex, cfg.max_len, token_chars)
+    ]
     kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
     too_long = [s for s in samples if len(s.input_ids) > cfg.max_len]
-    if too_long:
-        lengths = sorted(len(s.input_ids) for s in samples)
+    if too_long or huge:
+        lengths = sorted(len(s.input_ids) for s in samples) or [0]
         log.warning(
-            "left out %d of %d examples longer than --max-len %d tokens (lengths: median %d, longest %d); raise "
+            "left out %d of %d examples longer than --max-len %d tokens (lengths: median %d, longest %d%s); raise "
             "--max-len to train on them (memory and time grow with it), or use a retrieval configuration with "
             "shorter results",
-            len(too_long),
-            len(samples),
+            len(too_long) + huge,
+            len(examples),
             cfg.max_len,
             lengths[len(lengths) // 2],
             lengths[-1],
+            f", besides {huge} too long to tokenize" if huge else "",
         )
     untrained = sum(1 for s in samples if len(s.input_ids) <= cfg.max_len and not sum(s.loss_mask))
     if untrained:

@@ -10,7 +10,7 @@ import math
 from dataclasses import fields
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("torch")
@@ -493,3 +493,38 @@ def test_a_package_that_is_installed_but_broken_is_said_as_such(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "transformers is installed but does not import" in last and "huggingface_hub_that_is_not_there" in last
+
+
+def test_a_huge_example_is_left_out_without_tokenizing_it(tiny_and_data, tmp_path, monkeypatch, caplog, example):
+    """A 3M-character line took a minute and ~10 GB to tokenize before it was left out as too long."""
+    model, data = tiny_and_data
+    huge = json.loads(json.dumps(example))
+    huge["messages"][1]["content"] = "word " * 600_000
+    path = tmp_path / "data.jsonl"
+    path.write_text(data.read_text() + json.dumps(huge) + "\n", encoding="utf-8")
+    real = sft.tokenize_sft_example
+
+    def tokenize(tokenizer, ex, template):
+        assert len(json.dumps(ex)) < 1_000_000, "the huge example was tokenized"
+        return real(tokenizer, ex, template)
+
+    monkeypatch.setattr(sft, "tokenize_sft_example", tokenize)
+    cfg = sft.SFTConfig(
+        model=str(model), data=[str(path)], out=str(tmp_path / "o"), steps=1, lora_rank=4, max_len=4096,
+        retrieval="none", progress=False, device="cpu",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        sft.train(cfg)
+    assert "besides 1 too long to tokenize" in caplog.text
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=400), max_len=st.integers(1, 300))
+def test_an_example_said_surely_too_long_is_too_long(tiny_tokenizer, example, text, max_len):
+    from tau_env.reference_trainers.cpu_common import longest_token_chars, surely_longer_than, tokenize_sft_example
+
+    tok, template = tiny_tokenizer
+    ex = json.loads(json.dumps(example))
+    ex["messages"][1]["content"] = text
+    if surely_longer_than(ex, max_len, longest_token_chars(tok)):
+        assert len(tokenize_sft_example(tok, ex, template).input_ids) > max_len
