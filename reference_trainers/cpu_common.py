@@ -944,20 +944,36 @@ def run_main(prog: str, fn: Any, resumes: str = "the command without --no-resume
     """A trainer's command line: ``fn()``'s exit status, or for an error of tau_env's (bad data, a
     folder that is no checkpoint, a run that may not resume) one ``PROG: error: ...`` line on stderr
     and exit status 2, not a traceback; Ctrl-C is one ``PROG: interrupted ...`` line (saying how the
-    command ``resumes``) and status 130.
+    command ``resumes``) and status 130, SIGTERM the same unwinding (locks released, nothing torn
+    beyond what a resume drops) with status 143.
     """
+    import signal
     import sys
+    import threading
 
     from tau_env.error import Error
 
+    class Terminated(KeyboardInterrupt):
+        """SIGTERM (what a scheduler or ``kill`` sends): unwound as Ctrl-C is, exit status 143."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    before = None
+    if threading.current_thread() is threading.main_thread():
+        before = signal.signal(signal.SIGTERM, on_term)
     try:
         return int(fn())
     except Error as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; what it saved stays in its --out ({resumes})", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"{prog}: {what}; what it saved stays in its --out ({resumes})", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def trainer_main(cls: Any, train: Any, argv: Sequence[str] | None, doc: str | None, prog: str) -> int:

@@ -292,3 +292,37 @@ def test_sft_says_how_long_the_examples_it_left_out_are(tiny_and_data, tmp_path,
         sft.train(sft.SFTConfig(**{**cfg.__dict__, "out": str(tmp_path / "sft2"), "max_len": 50}))
     assert "left out 1 of 1 examples longer than --max-len 50 tokens (lengths: median" in caplog.text
     assert "raise --max-len" in caplog.text
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_the_same_command_resumes(tiny_and_data, tmp_path):
+    """What a scheduler sends before it kills: one line, exit status 143, the folder's lock released."""
+    import os
+    import signal
+    import time
+
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "tau_env.reference_trainers.sft", "--model", str(model), "--data", str(data)]
+    argv += ["--out", str(out), "--batch-size", "1", "--lora-rank", "4", "--save-every", "1", "--warmup-steps", "0"]
+    argv += ["--retrieval", "none", "--device", "cpu", "--no-progress", "--lr", "1e-4"]
+    proc = subprocess.Popen([*argv, "--steps", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while latest_checkpoint(out) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("python -m tau_env.reference_trainers.sft: terminated (SIGTERM);")
+    assert "Traceback" not in err
+    done = _steps(out)
+    assert done and done == list(range(1, len(done) + 1))
+    # the same command goes on (here to the step after the last saved one: --steps may grow or shrink)
+    n = int(latest_checkpoint(out).name.split("-")[1]) + 1
+    resumed = subprocess.run([*argv, "--steps", str(n)], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert latest_checkpoint(out).name == f"step-{n:06d}" and _steps(out) == list(range(1, n + 1))
