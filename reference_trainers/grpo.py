@@ -84,7 +84,7 @@ from tau_env.reference_trainers.rollout_policy import LocalTokenPolicy, ServerTo
 
 import tau_env
 from tau_env.error import InfrastructureError, InvalidOptionError
-from tau_env.llm.local import ReusedPrefixModel
+from tau_env.llm.local import ReusedPrefixModel, quiet_loading
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +423,7 @@ def train(cfg: GRPOConfig) -> Path:
     (:func:`matmul_precision`), the caller's setting back after.
     """
     device = resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read
-    with ExitStack() as stack, matmul_precision(device, tf32=True):
+    with ExitStack() as stack, matmul_precision(device, tf32=True), quiet_loading(not cfg.progress):
         return _train(cfg, stack)
 
 

@@ -72,6 +72,7 @@ from tau_env.reference_trainers.cpu_common import (
 from tau_env.reference_trainers.objectives import sft_loss
 
 from tau_env.error import InvalidOptionError
+from tau_env.llm.local import quiet_loading
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ def train(cfg: SFTConfig) -> Path:
     (:func:`matmul_precision`), the caller's setting back after.
     """
     device = resolve_device(cfg.device)  # a GPU this machine lacks is said before anything is read
-    with ExitStack() as stack, matmul_precision(device, tf32=True):
+    with ExitStack() as stack, matmul_precision(device, tf32=True), quiet_loading(not cfg.progress):
         return _train(cfg, stack)
 
 

@@ -304,27 +304,6 @@ def _checkpoint_policy(args: argparse.Namespace, checkpoint: dict[str, Any]) -> 
     # another way is not), nor the device (a folder begun on a CPU resumes on a GPU)
 
 
-class _quiet_loading:
-    """transformers' weight-loading progress bars off for the block when ``quiet`` (``--quiet``)."""
-
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.was: bool | None = None
-
-    def __enter__(self) -> None:
-        if self.quiet:
-            from transformers.utils import logging as hf_logging
-
-            self.was = hf_logging.is_progress_bar_enabled()
-            hf_logging.disable_progress_bar()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.was:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.enable_progress_bar()
-
-
 def _trained_defaults(args: argparse.Namespace, checkpoint: dict[str, Any], domain: str) -> None:
     """The checkpoint's retrieval configuration and step budget where the flags leave them open, on the
     domain it was trained on only (another domain's configurations are not its).
@@ -386,7 +365,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 env.domain.task(task_id)
         finally:
             env.close()
-        with _quiet_loading(args.quiet):
+        from tau_env.llm.local import quiet_loading
+
+        with quiet_loading(args.quiet):
             _checkpoint_policy(args, checkpoint)
     agent = checkpoint["policy"] if checkpoint else _llm(args, "agent") or _agent(args.agent or "oracle")
     common = dict(

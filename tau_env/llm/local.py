@@ -248,3 +248,26 @@ class TransformersClient:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> TransformersClient:
         return self  # one model in memory, shared by every copy of a policy
+
+
+class quiet_loading:
+    """transformers' weight-loading progress bars off for the block when ``quiet`` (``tau-env eval
+    --quiet``, a trainer's ``--no-progress``).
+    """
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.was: bool | None = None
+
+    def __enter__(self) -> None:
+        if self.quiet:
+            from transformers.utils import logging as hf_logging
+
+            self.was = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.was:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.enable_progress_bar()
