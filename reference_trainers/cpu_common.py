@@ -418,13 +418,29 @@ def longest_token_chars(tokenizer: Any) -> int:
 
 def surely_longer_than(example: dict[str, Any], max_len: int, token_chars: int) -> bool:
     """Whether ``example`` has more than ``max_len`` tokens for sure, from the characters of its
-    text alone (each token stands for at most ``token_chars`` of them; the template only adds
-    tokens): a huge example is left out without tokenizing it, which takes seconds and gigabytes.
+    text alone: a huge example is left out without tokenizing it, which takes seconds and gigabytes.
+
+    Counted: the non-blank characters of each message's text and tool-call arguments up to its
+    last trained turn (what the sample holds; blanks, which a normalizer or template may drop, are
+    not). Each token stands for at most ``token_chars`` characters and the template only adds
+    tokens; the count must pass twice that bound (Unicode normalization may join a character with
+    its accents), so only an example far too long is judged without tokenizing it.
     """
-    chars = 0
-    for m in example.get("messages") or ():
-        chars += len(m.get("content") or "") if isinstance(m.get("content"), str) else 0
-        if chars > max_len * token_chars:
+    messages = example.get("messages") or []
+    train = example.get("train") or []
+    last = max((i for i, t in enumerate(train) if t), default=len(messages) - 1)
+    limit, chars = 2 * max_len * token_chars, 0
+    for m in messages[: last + 1]:
+        if not isinstance(m, dict):
+            continue
+        texts = [m.get("content")]
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            texts.append(fn.get("arguments") if isinstance(fn, dict) else None)
+        for text in texts:
+            if isinstance(text, str):
+                chars += len(text) - sum(map(text.count, (" ", "\t", "\n", "\r")))
+        if chars > limit:
             return True
     return False
 

@@ -352,15 +352,25 @@ ROUND_FILES = ("summary.json", "round.json", "round.tmp", "examples.jsonl")
 ROUND_DIRS = ("logs", "episodes")
 
 
-def _refusal(out: Path, what: str, before: Any, settings: dict[str, Any]) -> ResultsFolderError:
-    differ = (
-        [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
-        if isinstance(before, dict)
-        else ["its settings are not readable"]
-    )
+def _round_settings(path: Path) -> dict[str, Any] | None:
+    """The settings a DAgger round recorded in ``path`` (its round.json or summary.json), or None when
+    the file is absent or not one of a round's.
+    """
+    try:
+        found = json.loads(path.read_text(encoding="utf-8")).get("settings")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+    return found if isinstance(found, dict) and {"checkpoint", "p_learner", "task_ids"} <= set(found) else None
+
+
+def _refusal(out: Path, file: str, before: Any, settings: dict[str, Any]) -> ResultsFolderError:
+    if not isinstance(before, dict):  # not a round's file: --restart would remove what is not its own
+        return ResultsFolderError(f"{out} holds a {file} that is not a DAgger round's; pass another --out.")
+    differ = [f"{k}: {before.get(k)} there, {settings[k]} now" for k in settings if before.get(k) != settings[k]]
+    what = "an unfinished DAgger round" if file == "round.json" else "a DAgger round"
     return ResultsFolderError(
-        f"{out} holds {what} of other settings ({'; '.join(differ)}); pass another --out for these, or --restart "
-        "to start over there."
+        f"{out} holds {what} of other settings ({'; '.join(differ)}); pass another --out for these, or "
+        "--restart to start over there."
     )
 
 
@@ -380,33 +390,28 @@ def _collect_locked(
     from tau_env.harness import aevaluate
 
     summary_path, round_path = out / "summary.json", out / "round.json"
+    ours = _round_settings(summary_path) is not None or _round_settings(round_path) is not None
+    present = [n for n in (*ROUND_FILES, *ROUND_DIRS) if (out / n).exists() or (out / n).is_symlink()]
+    if present and not ours:  # someone else's files, or episodes whose settings are lost: nothing is ours to remove
+        raise ResultsFolderError(
+            f"{out} holds {', '.join(present)} but no DAgger round's settings (round.json); pass another --out."
+        )
     if summary_path.is_file() and not restart:
-        try:
-            done = json.loads(summary_path.read_text(encoding="utf-8"))
-        except (ValueError, RecursionError):
-            done = None
-        before = done.get("settings") if isinstance(done, dict) else None
+        before = _round_settings(summary_path)
         if before == settings:  # the examples file where this command finds it (the folder may have moved)
+            done = json.loads(summary_path.read_text(encoding="utf-8"))
             return {
                 **done,
                 "examples_file": str((out / "examples.jsonl").resolve()),
                 "checkpoint_path": str(Path(checkpoint).resolve()),
             }
-        raise _refusal(out, "a DAgger round", before, settings)
+        raise _refusal(out, "summary.json", before, settings)
     # a round cut short (Ctrl-C, a crash) left its settings, its finished episodes and their logs:
     # the same command goes on from there, other settings are refused
     if round_path.is_file() and not restart:
-        try:
-            before = json.loads(round_path.read_text(encoding="utf-8")).get("settings")
-        except (ValueError, RecursionError, AttributeError):
-            before = None
+        before = _round_settings(round_path)
         if before != settings:
-            raise _refusal(out, "an unfinished DAgger round", before, settings)
-    elif not restart and any((out / d).exists() for d in ROUND_DIRS):
-        raise ResultsFolderError(
-            f"{out} holds DAgger episodes without their settings (round.json); pass another --out, or --restart "
-            "to start over there."
-        )
+            raise _refusal(out, "round.json", before, settings)
     # named by its content in the episodes' record, not by the path it was read from: the same checkpoint
     # named another way (a relative path, a moved folder) resumes the round
     learner, info = checkpoint_policy(
@@ -437,7 +442,9 @@ def _collect_locked(
         for name in ROUND_FILES:
             (out / name).unlink(missing_ok=True)
         for name in ROUND_DIRS:
-            if (out / name).is_dir() and not (out / name).is_symlink():
+            if (out / name).is_symlink():
+                (out / name).unlink()  # the link, not what it points at: the new round writes here
+            elif (out / name).is_dir():
                 shutil.rmtree(out / name)
     if not round_path.is_file():
         tmp = round_path.with_suffix(".tmp")

@@ -22,6 +22,7 @@ import logging
 import math
 import random
 import time
+import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,13 +200,30 @@ def micro_step(
 
 
 def check_env(domain: str, retrieval: str) -> None:
-    """Raise :class:`~tau_env.error.Error` unless ``domain`` is an environment id and ``retrieval``
-    one of its retrieval configurations (empty: its default).
+    """Raise :class:`~tau_env.error.Error` unless ``domain`` is a registered environment id and
+    ``retrieval`` (when given) one of its retrieval configurations. SFT only records them, so nothing
+    is built for the check: no env, no index, no endpoint; the configuration is checked against the
+    domain's own list when the domain loads as it is (a domain that needs a data folder or a key not
+    given here is checked by eval and GRPO when they start).
     """
-    import tau_env
+    from tau_env.error import Error, InvalidOptionError
+    from tau_env.registry import registry
 
-    env = tau_env.make(domain, **({"retrieval": retrieval} if retrieval else {}))
-    env.close()
+    registry.spec(domain)  # UnknownEnvError, with the registered ids
+    if not retrieval:
+        return
+    try:
+        with warnings.catch_warnings():  # what the domain says about seats SFT does not play
+            warnings.simplefilter("ignore")
+            loaded = registry.load_domain(domain)
+    except Error:
+        return
+    try:
+        loaded.system_prompt(retrieval)  # every domain refuses an unknown configuration here, by name
+    except InvalidOptionError:
+        raise
+    except Error:
+        return
 
 
 def train(cfg: SFTConfig) -> Path:

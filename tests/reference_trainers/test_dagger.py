@@ -499,3 +499,36 @@ def test_ctrl_c_in_dagger_says_the_same_command_goes_on(tmp_path, monkeypatch, c
     assert dagger.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "o")]) == 130
     err = capsys.readouterr().err
     assert "the same command goes on from there" in err and "--no-resume" not in err
+
+
+def test_restart_removes_only_a_rounds_own_files(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tau_env.reference_trainers import dagger
+    from tau_env.reference_trainers.checkpoint import base_checkpoint
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", [json.dumps(_teacher_episode()["agent_view"])] * 3)
+    ckpt = base_checkpoint(model, tmp_path / "base", retrieval="grep", max_new_tokens=6)
+    kw = {"task_ids": [TASK], "max_steps": 4}
+    # a user's folder that happens to hold logs/ and a summary.json: not a round's, so never removed
+    mine = tmp_path / "project"
+    (mine / "logs").mkdir(parents=True)
+    (mine / "logs" / "keep.log").write_text("mine")
+    (mine / "summary.json").write_text('{"settings": {"lr": 1}}')
+    for restart in (False, True):
+        with pytest.raises(ResultsFolderError, match="no DAgger round's settings") as e:
+            dagger.collect(ckpt, mine, restart=restart, **kw)
+        assert "--restart" not in str(e.value)
+    assert (mine / "logs" / "keep.log").read_text() == "mine" and (mine / "summary.json").exists()
+    # a round whose episodes and logs are links to folders elsewhere: --restart drops the links, not their targets
+    out = tmp_path / "d"
+    dagger.collect(ckpt, out, **kw)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("episodes", "logs"):
+        (out / name).rename(elsewhere / name)
+        (out / name).symlink_to(elsewhere / name)
+    again = dagger.collect(ckpt, out, restart=True, **{**kw, "max_steps": 5})
+    assert again["resumed_episodes"] == 0 and again["episodes"] == 1
+    assert not (out / "episodes").is_symlink() and any((elsewhere / "episodes").iterdir())

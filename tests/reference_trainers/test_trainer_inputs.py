@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import fields
 
+import hypothesis
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -249,6 +250,22 @@ def test_an_env_or_retrieval_sft_would_record_but_nothing_can_play_is_refused_fi
         err = capsys.readouterr().err
         _no_traceback(err, "python -m tau_env.reference_trainers.sft")
         assert said in err and not out.exists()
+
+
+def test_the_env_check_builds_nothing_and_checks_what_it_can(monkeypatch):
+    """SFT only records --domain and --retrieval: no env, index or endpoint is built for the check."""
+    from tau_env.reference_trainers.sft import check_env
+
+    from tau_env.error import UnknownEnvError
+
+    monkeypatch.delenv("TAU3_BANKING_DATA", raising=False)
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    check_env("tau3-banking", "qwen_embeddings")  # no data folder here: the name is left to eval and GRPO
+    check_env("harbor-bank-v0", "dense")  # no embedding model is loaded
+    with pytest.raises(InvalidOptionError, match="Unknown retrieval configuration 'bogus'"):
+        check_env("harbor-bank-v0", "bogus")
+    with pytest.raises(UnknownEnvError, match="harbor-bank-v0"):
+        check_env("harbour-bank-v0", "")
 
 
 def test_the_extreme_seeds_train(tiny_and_data, tmp_path):
@@ -518,13 +535,49 @@ def test_a_huge_example_is_left_out_without_tokenizing_it(tiny_and_data, tmp_pat
     assert "besides 1 too long to tokenize" in caplog.text
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=st.text(max_size=400), max_len=st.integers(1, 300))
-def test_an_example_said_surely_too_long_is_too_long(tiny_tokenizer, example, text, max_len):
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    text=st.text(max_size=300) | st.text(alphabet=" \t\nab\u0301e", max_size=1500),
+    at=st.integers(0, 100),
+    room=st.integers(-20, 60),
+)
+@hypothesis.example(text="a " * 600, at=2, room=0)  # after the last trained turn: the sample does not hold it
+@hypothesis.example(text=" " * 1000 + "a", at=0, room=0)  # blanks a template or normalizer may drop
+def test_an_example_said_surely_too_long_is_too_long(tiny_tokenizer, example, text, at, room):
+    """Wherever the text goes (after the last trained turn too, which the sample does not hold), however
+    blank or accented it is; --max-len near the sample's own length (``room`` tokens off), where the
+    bound decides."""
     from tau_env.reference_trainers.cpu_common import longest_token_chars, surely_longer_than, tokenize_sft_example
 
     tok, template = tiny_tokenizer
-    ex = json.loads(json.dumps(example))
-    ex["messages"][1]["content"] = text
+    ex = {  # short, so that the bound is what decides
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "bye"},
+        ],
+        "tools": [],
+        "train": [False, True, False],
+    }
+    ex["messages"][at % 3]["content"] = text
+    length = len(tokenize_sft_example(tok, ex, template).input_ids)
+    max_len = max(1, length + room)
     if surely_longer_than(ex, max_len, longest_token_chars(tok)):
-        assert len(tokenize_sft_example(tok, ex, template).input_ids) > max_len
+        assert length > max_len
+
+
+def test_a_huge_tool_call_argument_counts_too(example):
+    from tau_env.reference_trainers.cpu_common import surely_longer_than
+
+    ex = json.loads(json.dumps(example))
+    i = max(k for k, t in enumerate(ex["train"]) if t)
+    ex["messages"][i] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "x", "arguments": "a" * 3_000_000}}],
+    }
+    assert surely_longer_than(ex, 4096, 16)
+    ex["messages"].append({"role": "user", "content": "b" * 3_000_000})  # after the last trained turn: not held
+    ex["train"].append(False)
+    ex["messages"][i]["tool_calls"][0]["function"]["arguments"] = "{}"
+    assert not surely_longer_than(ex, 4096, 16)
