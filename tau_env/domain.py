@@ -105,7 +105,9 @@ class Domain:
 
         The copy shares what does not depend on the tasks (documents and their search indexes,
         tools, seed image), so it is cheap; its per-task caches and grader are its own, so a task
-        that reuses an id of the original's is never graded against the original's target.
+        that reuses an id of the original's is never graded against the original's target. A task
+        file is loaded and checked once per content: the same file again (every env a run makes)
+        gives the same copy, an edited one is loaded again.
 
         Raises:
             TaskFileError: The file is missing or malformed, two tasks share an id, or (a file) a
@@ -116,9 +118,13 @@ class Domain:
 
         from tau_env.grading import Grader
 
-        path = None
+        path, key = None, None
         if isinstance(tasks, (str, Path)):
             path = tasks
+            key = _file_key(Path(path))  # the same file's content again: the domain built for it
+            loaded = self.__dict__.setdefault("_file_domains", {})
+            if key is not None and key in loaded:
+                return loaded[key]
             tasks = load_tasks(tasks)
         elif isinstance(tasks, Task):
             tasks = [tasks]
@@ -138,6 +144,7 @@ class Domain:
             dup = next(t.id for i, t in enumerate(tasks) if any(u.id == t.id for u in tasks[:i]))
             raise TaskFileError(f"Domain {self.name!r}: two tasks share the id {dup!r}.")
         new = copy.copy(self)
+        new._file_domains = {}  # its own: a copy of this one is another domain
         new.tasks = tasks
         new.task_index = index
         for name in type(self).task_caches:
@@ -159,6 +166,8 @@ class Domain:
                         )
             finally:
                 scratch.close()
+            if key is not None:
+                self._file_domains[key] = new
         return new
 
     def task(self, task_id: str) -> Task:
@@ -445,3 +454,17 @@ def _check_rows(schema: Schema, seed: Any, seed_file: Path, tasks: Sequence[Task
                 conn.execute("RELEASE task")
     finally:
         conn.close()
+
+
+def _file_key(path: Path) -> tuple[str, str] | None:
+    """What identifies a task file's content for :meth:`Domain.with_tasks` (its resolved path and a
+    SHA-256 of its bytes: another file, or this one edited, is loaded and checked again); None when
+    it cannot be read (loading it then says why).
+    """
+    import hashlib
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return str(path.resolve()), hashlib.sha256(data).hexdigest()

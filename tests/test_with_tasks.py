@@ -96,3 +96,26 @@ def test_cli_check_eval_and_replay_take_a_task_file(tmp_path, tasks):
     assert done.returncode == 0 and tasks[1].id in done.stdout
     done = subprocess.run([*cli, "check", ENV, "--tasks", str(tmp_path / "no.jsonl")], capture_output=True, text=True)
     assert done.returncode == 2 and "found none" in done.stderr
+
+
+def test_a_task_file_is_loaded_once_per_content(tmp_path, tasks):
+    """Every env of a run (the harness makes one per episode) used to parse and check the file again:
+    seconds per episode for a large synthesized file."""
+    path = tmp_path / "mine.jsonl"
+    tau_env.save_tasks(tasks[:2], path)
+    first = tau_env.make(ENV, tasks=path).domain
+    assert tau_env.make(ENV, tasks=str(path)).domain is first  # the same content: the same domain
+    assert [t.id for t in first.tasks] == [t.id for t in tasks[:2]]
+    tau_env.save_tasks(tasks[1:3], path)  # edited: loaded again
+    second = tau_env.make(ENV, tasks=path).domain
+    assert second is not first and [t.id for t in second.tasks] == [t.id for t in tasks[1:3]]
+    path.write_text("not json\n")  # broken: refused every time, nothing kept
+    for _ in range(2):
+        with pytest.raises(TaskFileError):
+            tau_env.make(ENV, tasks=path)
+    tau_env.save_tasks(tasks[:2], path)
+    assert tau_env.make(ENV, tasks=path).domain is first
+    other = tmp_path / "other.jsonl"  # another file of the same content is another domain
+    tau_env.save_tasks(tasks[:2], other)
+    assert tau_env.make(ENV, tasks=other).domain is not first
+    assert tau_env.make(ENV, tasks=tasks[:2]).domain is not first  # a list is the caller's own
