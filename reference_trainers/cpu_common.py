@@ -376,13 +376,6 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 raise ResultsFolderError(
                     f"{p}:{n} is not an SFT example ({problem}; expected messages, tools and train)."
                 )
-            try:  # a JSON escape can spell a lone surrogate, which is no text: no tokenizer encodes it
-                json.dumps(ex, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError as e:
-                bad = e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
-                raise ResultsFolderError(
-                    f"{p}:{n} holds a lone surrogate ({bad}), which is no character: no tokenizer can encode it."
-                ) from None
             found += 1
             unusable = training_problem(ex)
             if unusable:

@@ -392,17 +392,26 @@ class ServerTokenPolicy(TokenPolicy):
                 f"{where} returned a completion without token ids and log-probabilities ({e}); serve it with vLLM "
                 f"(it accepts return_token_ids / return_tokens_as_token_ids): {reply.body[:200]!r}"
             ) from e
-        vocab = len(self.tokenizer)
-        bad = next((i for i in ids if not 0 <= i < vocab), None)
-        if bad is not None:
-            raise InfrastructureError(
-                f"{where} returned token id {bad}, outside the tokenizer's vocabulary (0..{vocab - 1}): is it serving "
-                "another model than the trainer's?"
-            )
-        wrong = next((x for x in logprobs if math.isnan(x) or x > LOGPROB_SLACK), None)
-        if wrong is not None:
-            raise InfrastructureError(f"{where} returned log-probability {wrong!r}: a log-probability is at most 0")
+        check_generation(where, ids, logprobs, len(self.tokenizer))
         return ids, logprobs, finish
+
+
+def check_generation(where: str, ids: list[int], logprobs: list[float], vocab: int) -> None:
+    """Refuse a rollout engine's turn that cannot be trained on: a token id outside the tokenizer's
+    vocabulary (another model served, or garbage), a log-probability that is NaN or above 0.
+
+    Raises:
+        InfrastructureError: naming ``where``, the value and what it suggests.
+    """
+    bad = next((i for i in ids if not 0 <= i < vocab), None)
+    if bad is not None:
+        raise InfrastructureError(
+            f"{where} returned token id {bad}, outside the tokenizer's vocabulary (0..{vocab - 1}): is it serving "
+            "another model than the trainer's?"
+        )
+    wrong = next((x for x in logprobs if math.isnan(x) or x > LOGPROB_SLACK), None)
+    if wrong is not None:
+        raise InfrastructureError(f"{where} returned log-probability {wrong!r}: a log-probability is at most 0")
 
 
 def parse_completion(data: dict[str, Any]) -> tuple[list[int], list[float], str]:

@@ -42,12 +42,12 @@ from typing import Any
 from uuid import uuid4
 
 from tau_env.reference_trainers.rollout import TokenTrajectory
-from tau_env.reference_trainers.rollout_policy import TokenPolicy
+from tau_env.reference_trainers.rollout_policy import TokenPolicy, check_generation
 from tau_env.reference_trainers.verl_data import EpisodeSpec, episode_spec
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 import tau_env
-from tau_env.error import InvalidOptionError
+from tau_env.error import InfrastructureError, InvalidOptionError
 from tau_env.harness.episode import DEFAULT_LOOP_LIMIT
 
 AGENT_LOOP = "tau_agent"
@@ -105,14 +105,20 @@ class VerlTokenPolicy(TokenPolicy):
         )
         self.generate_seconds += time.perf_counter() - started
         ids = [int(t) for t in out.token_ids]
-        if out.log_probs is None or len(out.log_probs) != len(ids):
+        if out.log_probs is None:
             raise InvalidOptionError(
-                f"The rollout server returned {len(ids)} tokens and "
-                f"{'no' if out.log_probs is None else len(out.log_probs)} log-probabilities; the IS correction "
-                "needs one per token: set actor_rollout_ref.rollout.calculate_log_probs=true."
+                f"The rollout server returned {len(ids)} tokens and no log-probabilities; the IS correction needs "
+                "one per token: set actor_rollout_ref.rollout.calculate_log_probs=true."
             )
+        if len(out.log_probs) != len(ids):
+            raise InfrastructureError(
+                f"The rollout server returned {len(ids)} tokens but {len(out.log_probs)} log-probabilities (one per "
+                "token was asked for)."
+            )
+        logprobs = [float(x) for x in out.log_probs]
+        check_generation("The rollout server", ids, logprobs, len(self.tokenizer))  # before any of it is trained on
         finish = "length" if len(ids) >= max_new_tokens else (out.stop_reason or "stop")
-        return ids, [float(x) for x in out.log_probs], finish
+        return ids, logprobs, finish
 
 
 _USER_CLIENTS: dict[tuple[Any, ...], Any] = {}

@@ -142,9 +142,15 @@ def _is_parquet(path: Path) -> bool:
 def _check_out(out: str | Path, sources: Iterable[str | Path | None] = ()) -> None:
     """Refuse an ``out`` that would destroy what it should not: one of the sources (OUT forgotten on
     the command line: the last source taken for it), a file that is not parquet, a folder, a path
-    under a file.
+    under a file; one the system cannot name (too long) as :class:`InvalidOptionError` too.
     """
-    out = Path(out)
+    try:
+        _check_out_path(Path(out), sources)
+    except OSError as e:
+        raise InvalidOptionError(f"Cannot write {out}: {e.strerror or e}.") from None
+
+
+def _check_out_path(out: Path, sources: Iterable[str | Path | None]) -> None:
     for src in sources:
         if src is not None and Path(src).exists() and out.exists() and os.path.samefile(src, out):
             raise InvalidOptionError(
@@ -173,13 +179,18 @@ def _write_parquet(rows: list[dict[str, Any]], out: str | Path) -> None:
     if not rows:
         raise InvalidOptionError(f"Nothing to write to {out}: no rows.")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), str(tmp))
         os.replace(tmp, out)
+    except OSError as e:  # a folder that cannot be made or written, a name too long: said, the old file kept
+        raise InvalidOptionError(f"Cannot write {out}: {e.strerror or e}.") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _sft_dataset_base() -> type:
@@ -375,14 +386,38 @@ def episode_spec(extra_info: Any) -> EpisodeSpec:
     missing = [k for k in ("env_id", "task_id") if not extra_info.get(k)]
     if missing:
         raise InvalidOptionError(f"The RL row's extra_info lacks {missing}; it has {sorted(extra_info)}.")
-    mk = extra_info.get("make_kwargs") or "{}"
-    task = extra_info.get("task") or None
+    where = f"The RL row of task {str(extra_info['task_id'])[:80]!r}"
+
+    def obj(key: str) -> dict[str, Any] | None:
+        value = extra_info.get(key) or None
+        try:
+            value = json.loads(value) if isinstance(value, str) else value
+        except (ValueError, RecursionError) as e:
+            raise InvalidOptionError(f"{where}: extra_info.{key} is not JSON ({e}).") from None
+        if value is not None and not isinstance(value, Mapping):
+            raise InvalidOptionError(f"{where}: extra_info.{key} must be a JSON object, not {type(value).__name__}.")
+        return dict(value) if value is not None else None
+
+    seed = extra_info.get("seed") or 0
+    try:
+        seed = int(seed)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"{where}: extra_info.seed must be an integer, not {seed!r:.40}.") from None
+    task = obj("task")
+    if task is not None:
+        try:
+            import tau_env
+
+            tau_env.Task.model_validate(task)
+        except ValueError as e:  # pydantic's ValidationError is one
+            first = str(e).splitlines()
+            raise InvalidOptionError(f"{where}: extra_info.task is not a task ({'; '.join(first[:3])}).") from None
     return EpisodeSpec(
         env_id=str(extra_info["env_id"]),
         task_id=str(extra_info["task_id"]),
-        seed=int(extra_info.get("seed") or 0),
-        make_kwargs=json.loads(mk) if isinstance(mk, str) else dict(mk),
-        task=json.loads(task) if isinstance(task, str) else (dict(task) if task else None),
+        seed=seed,
+        make_kwargs=obj("make_kwargs") or {},
+        task=task,
         user=str(extra_info.get("user") or "") or None,
     )
 
@@ -394,6 +429,17 @@ def _json_object(text: str, flag: str) -> dict[str, Any]:
         raise InvalidOptionError(f"{flag} is not JSON ({e}): give an object, e.g. '{{\"max_steps\": 30}}'.") from None
     if not isinstance(value, dict):
         raise InvalidOptionError(f"{flag} must be a JSON object of tau_env.make keywords, not {text!r}.")
+    return value
+
+
+def _seed(text: str) -> int:
+    """``--seed``: an integer in eval's range (the rows carry it as a 64-bit integer)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
+    if not -(2**63) <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be from {-(2**63)} to {2**63 - 1}, not {text}")
     return value
 
 
@@ -412,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--tasks", type=Path, help="a task file (e.g. a synthesis run's rl/tasks.jsonl); default: the env's")
     r.add_argument("--task-id", action="append", dest="task_ids", help="keep this task (repeatable)")
     r.add_argument("--make-kwargs", default="{}", help='JSON of tau_env.make keywords, e.g. \'{"data_dir": "..."}\'')
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=_seed, default=0, help="base seed of the rows' episodes (as eval's --seed)")
     r.add_argument("--user", choices=("scripted", "llm"), default=None, help="override the loop's user per row")
     args = p.parse_args(argv)
     import sys

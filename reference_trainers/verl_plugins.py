@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -272,6 +273,8 @@ def check_config(cfg: Any, *, is_cap: float | None = None, mask_delta: float | N
                         problems.append(f"algorithm.rollout_correction.{key} is {got!r}, expected {want[key]!r}")
             except (TypeError, ValueError):  # null, one number where the band needs two, text
                 problems.append(f"algorithm.rollout_correction.{key} is {got!r}, expected {want[key]!r}")
+    problems += _threshold_problems(rc)
+    problems += agent_loop_file_problems(_get(cfg, "actor_rollout_ref.rollout.agent.agent_loop_config_path"))
     n = _get(cfg, "actor_rollout_ref.rollout.n")
     if n is not None and not (isinstance(n, int) and n >= 2):
         problems.append(
@@ -280,6 +283,70 @@ def check_config(cfg: Any, *, is_cap: float | None = None, mask_delta: float | N
         )
     if problems:
         raise PluginNotRegistered("The veRL config does not run tau_env's GRPO: " + "; ".join(problems) + ".")
+
+
+def _threshold_problems(rc: Mapping[str, Any]) -> list[str]:
+    """What in ``algorithm.rollout_correction`` is no threshold of the recipe's equations, whatever
+    their values: the cap C a finite number above 0, the mask's band ``LOWER_UPPER`` around 1
+    (``LOWER <= 1 <= UPPER``), no batch normalization of the weights (another objective).
+    """
+    out = []
+    cap = rc.get("rollout_is_threshold")
+    try:
+        ok = cap is not None and not isinstance(cap, bool) and math.isfinite(float(cap)) and float(cap) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        out.append(f"algorithm.rollout_correction.rollout_is_threshold is {cap!r}, expected the cap C: a number > 0")
+    band = rc.get("rollout_rs_threshold")
+    try:
+        lo, hi = (float(x) for x in str(band).split("_"))
+        ok = 0 < lo <= 1 <= hi and math.isfinite(lo)
+    except ValueError:
+        ok = False
+    if not ok:
+        out.append(
+            f"algorithm.rollout_correction.rollout_rs_threshold is {band!r}, expected the mask's band 'LOWER_UPPER' "
+            "with 0 < LOWER <= 1 <= UPPER (rollout_correction(is_cap, mask_delta) gives it)"
+        )
+    if rc.get("rollout_is_batch_normalize"):
+        out.append("algorithm.rollout_correction.rollout_is_batch_normalize must be false (it changes the objective)")
+    return out
+
+
+def agent_loop_file_problems(path: Any) -> list[str]:
+    """What keeps veRL's workers from building the tau_agent loop from the agent-loop YAML at ``path``
+    (``actor_rollout_ref.rollout.agent.agent_loop_config_path``; unset: the loop as registered, with
+    its defaults, nothing to check): a file that is missing or no YAML
+    list, no ``tau_agent`` entry, or settings the loop refuses (a misspelt key, an unknown family or
+    user kind), found now rather than when the workers start.
+    """
+    import yaml
+    from tau_env.reference_trainers.verl_agent_loop import LOOP_SETTINGS, _check_loop_settings
+
+    where = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+    if not path:  # the loop as registered, with its defaults
+        return []
+    try:
+        entries = yaml.safe_load(Path(str(path)).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        return [f"{where} {path}: cannot be read as YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
+    entry = next(
+        (e for e in entries if isinstance(e, dict) and e.get("name") == AGENT_LOOP),
+        None,
+    ) if isinstance(entries, list) else None  # fmt: skip
+    if entry is None:
+        return [f"{where} {path}: no entry named {AGENT_LOOP!r} (a YAML list of agent loops)"]
+    settings = {k: v for k, v in entry.items() if k not in ("name", "_target_")}
+    try:
+        _check_loop_settings(
+            {k: v for k, v in settings.items() if k not in LOOP_SETTINGS},
+            family=settings.get("family", "hermes"),
+            user=settings.get("user", "scripted"),
+        )
+    except InvalidOptionError as e:
+        return [f"{where} {path}: {e}"]
+    return []
 
 
 def _register_agent_loop() -> None:

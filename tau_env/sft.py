@@ -138,6 +138,11 @@ def sft_example_problem(ex: Any) -> str:
         return "train holds something other than true/false flags"
     if "tools" in ex and not (isinstance(ex["tools"], list) and all(isinstance(t, dict) for t in ex["tools"])):
         return "tools is not a list of tool schemas"
+    try:  # a JSON escape can spell a lone surrogate, which is no character: no tokenizer encodes it
+        json.dumps(ex, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
+        return f"it holds a lone surrogate ({bad}), which is no character: no tokenizer can encode it"
     return ""
 
 

@@ -234,7 +234,8 @@ def test_a_lone_surrogate_is_named_by_file_and_line(tmp_path, example):
     bad["messages"][-1]["content"] = "fine \ud800 then"
     path = tmp_path / "data.jsonl"
     path.write_text(json.dumps(example) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
-    with pytest.raises(ResultsFolderError, match=rf"{path}:2 holds a lone surrogate \(\\ud800\)"):
+    said = rf"{path}:2 is not an SFT example \(it holds a lone surrogate \(\\ud800\)"
+    with pytest.raises(ResultsFolderError, match=said):
         read_sft_jsonl([path])
 
 

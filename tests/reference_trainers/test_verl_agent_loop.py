@@ -169,6 +169,32 @@ def test_missing_logprobs_are_refused(model):
         asyncio.run(policy._generate([1, 2, 3], 10, 0))
 
 
+@pytest.mark.parametrize(
+    "ids, logprobs, said",
+    [
+        ([1, 2], [-0.5, float("nan")], "log-probability nan"),
+        ([1, 2], [-0.5, 0.3], "log-probability 0.3"),
+        ([1, 10**6], [-0.5, -0.5], "token id 1000000, outside the tokenizer's vocabulary"),
+        ([1, -3], [-0.5, -0.5], "token id -3, outside"),
+        ([1, 2, 3], [-0.5], "3 tokens but 1 log-probabilities"),
+    ],
+)
+def test_a_server_turn_that_cannot_be_trained_on_is_refused(model, ids, logprobs, said):
+    """As the CPU trainer's server policy refuses them: a NaN went into rollout_log_probs unnoticed."""
+    from tau_env.error import InfrastructureError
+
+    _, tok = model
+
+    class Bad:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kw):
+            return TokenOutput(token_ids=ids, log_probs=logprobs)
+
+    policy = VerlTokenPolicy(tok, Bad(), sampling_params={"temperature": 1.0}, response_length=100)
+    with pytest.raises(InfrastructureError, match=said) as e:
+        asyncio.run(policy._generate([1, 2, 3], 10, 0))
+    assert "calculate_log_probs" not in str(e.value)
+
+
 def test_llm_user_needs_a_model():
     loop = TauAgentLoop.__new__(TauAgentLoop)
     loop.user_kind, loop.user_model = "llm", None

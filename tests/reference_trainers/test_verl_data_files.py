@@ -69,16 +69,21 @@ def test_examples_the_cpu_trainer_leaves_out_are_left_out_here_too(example, tmp_
     assert len(rows) == 1 and "left out 2 SFT example(s)" in caplog.text and f"{src}:1 " in caplog.text
 
 
-def test_text_with_line_separators_and_lone_surrogates_round_trips(example, tmp_path):
+def test_text_with_line_separators_round_trips_and_a_lone_surrogate_is_refused(example, tmp_path, capsys):
     odd = json.loads(json.dumps(example))
     user = next(m for m in odd["messages"] if m["role"] == "user")
-    user["content"] += " a\u2028b\x85c SURROGATE end"
-    src = tmp_path / "sft.jsonl"  # U+2028 and U+0085 raw (as export-sft writes them), the surrogate escaped
-    src.write_text(json.dumps(odd, ensure_ascii=False).replace("SURROGATE", "\\ud800") + "\n", encoding="utf-8")
-    user["content"] = user["content"].replace("SURROGATE", "\ud800")
+    user["content"] += " a\u2028b\x85c end"
+    src = tmp_path / "sft.jsonl"  # U+2028 and U+0085 raw, as export-sft writes them
+    src.write_text(json.dumps(odd, ensure_ascii=False) + "\n", encoding="utf-8")
     out = tmp_path / "sft.parquet"
     assert vd.main(["sft", str(src), str(out)]) == 0
     assert json.loads(pd.read_parquet(out)["messages_json"][0]) == odd["messages"]
+    # an escaped lone surrogate is no character: veRL's dataset failed on it mid-training; refused by line
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(odd) + "\n" + json.dumps(odd).replace(" end", " \\ud800 end") + "\n")
+    assert vd.main(["sft", str(bad), str(tmp_path / "bad.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2" in err and "lone surrogate" in err and not (tmp_path / "bad.parquet").exists()
 
 
 def test_a_synthesis_run_folder_is_a_source_and_a_parquet_source_is_named(example, tmp_path, capsys):
@@ -126,3 +131,46 @@ def test_the_plugin_check_without_verl_is_one_line():
     )
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
     assert "error: veRL is not importable here" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_out_that_cannot_be_written_is_one_line(example, tmp_path, capsys):
+    """A folder that cannot be made, a file system that takes no file, a name too long (root too)."""
+    from pathlib import Path
+
+    src = _jsonl(tmp_path / "sft.jsonl", example)
+    cases = [tmp_path / ("n" * 300 + ".parquet")]
+    if Path("/proc/self").is_dir():
+        cases += [Path("/proc/tau_env_nowhere/x.parquet"), Path("/proc/x.parquet")]
+    for out in cases:
+        for argv in (["sft", str(src), str(out)], ["rl", ENV_ID, str(out), "--task-id", TASK]):
+            assert vd.main(argv) == 2
+            err = capsys.readouterr().err
+            assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+            assert f"Cannot write {out}" in err
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999999", str(2**63), "-9223372036854775809", "x"])
+def test_a_seed_outside_eval_s_range_is_a_usage_error(tmp_path, seed, capsys):
+    with pytest.raises(SystemExit) as e:
+        vd.main(["rl", ENV_ID, str(tmp_path / "rl.parquet"), "--seed", seed])
+    assert e.value.code == 2 and "--seed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("make_kwargs", "{bad", "extra_info.make_kwargs is not JSON"),
+        ("make_kwargs", "[1]", "extra_info.make_kwargs must be a JSON object"),
+        ("task", "{broken", "extra_info.task is not JSON"),
+        ("task", '{"id": "restock"}', "extra_info.task is not a task"),
+        ("seed", "abc", "extra_info.seed must be an integer"),
+    ],
+)
+def test_a_malformed_row_field_is_named_with_its_row(field, value, said):
+    """What veRL hands the agent loop from a hand-made or damaged parquet: one line naming row and field."""
+    from tau_env.error import InvalidOptionError
+
+    info = {"env_id": ENV_ID, "task_id": TASK, field: value}
+    with pytest.raises(InvalidOptionError, match=said) as e:
+        vd.episode_spec(info)
+    assert f"task {TASK!r}" in str(e.value) and "\n" not in str(e.value)

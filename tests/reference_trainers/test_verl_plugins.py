@@ -405,3 +405,50 @@ def test_hq_reads_a_path_byte_by_byte_whatever_the_locale(value):
         expected += (run * 2 + b"\\'") if c == b"'" else run + c
         run = b""
     assert got == b"'" + expected + run * 2 + b"'"
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("algorithm.rollout_correction.rollout_is_threshold=null", "rollout_is_threshold is None"),
+        ("algorithm.rollout_correction.rollout_is_threshold=-3", "rollout_is_threshold is -3"),
+        ("algorithm.rollout_correction.rollout_rs_threshold=abc", "rollout_rs_threshold is 'abc'"),
+        ("algorithm.rollout_correction.rollout_rs_threshold=0.5", "rollout_rs_threshold is 0.5"),
+        ("algorithm.rollout_correction.rollout_rs_threshold='1.2_2.0'", "0 < LOWER <= 1 <= UPPER"),
+        ("algorithm.rollout_correction.rollout_is_batch_normalize=true", "rollout_is_batch_normalize must be false"),
+    ],
+)
+def test_the_start_up_check_refuses_thresholds_that_are_no_cap_or_band(override, said, capsys):
+    """As the launchers call it (no --is-cap/--mask-delta): these passed as 'config checked'."""
+    argv = [
+        "--config-dir",
+        str(CONFIGS),
+        "--config-name",
+        "tau_grpo",
+        "--",
+        "actor_rollout_ref.model.path=/m",
+        override,
+    ]
+    assert vp.main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_the_start_up_check_reads_the_agent_loop_file(tmp_path, capsys):
+    """A missing or misspelt tau_agent_loop.yaml failed only when veRL's workers started (after Ray and the model)."""
+    good = (CONFIGS / "tau_agent_loop.yaml").read_text()
+    cases = {
+        tmp_path / "missing.yaml": "cannot be read as YAML",
+        tmp_path / "typo.yaml": "'max_new_token' is not one",
+        tmp_path / "family.yaml": "family must be one of",
+        tmp_path / "other.yaml": "no entry named 'tau_agent'",
+    }
+    (tmp_path / "typo.yaml").write_text(good.replace("max_new_tokens:", "max_new_token:"))
+    (tmp_path / "family.yaml").write_text(good.replace("family: qwen", "family: llama"))
+    (tmp_path / "other.yaml").write_text(good.replace("name: tau_agent", "name: other"))
+    base = ["--config-dir", str(CONFIGS), "--config-name", "tau_grpo", "--", "actor_rollout_ref.model.path=/m"]
+    key = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+    assert vp.main([*base, f"{key}={CONFIGS / 'tau_agent_loop.yaml'}"]) == 0
+    capsys.readouterr()
+    for path, said in cases.items():
+        assert vp.main([*base, f"{key}={path}"]) == 2
+        assert said in capsys.readouterr().err
