@@ -949,6 +949,11 @@ def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: s
         p.error(str(e))
 
 
+def one_line(error: BaseException | str) -> str:
+    """An error's text on one line (a task file's validation lists a problem per line)."""
+    return " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+
+
 def run_main(prog: str, fn: Any, resumes: str = "the command without --no-resume resumes from there") -> int:
     """A trainer's command line: ``fn()``'s exit status, or for an error of tau_env's (bad data, a
     folder that is no checkpoint, a run that may not resume) one ``PROG: error: ...`` line on stderr
@@ -974,7 +979,7 @@ def run_main(prog: str, fn: Any, resumes: str = "the command without --no-resume
     try:
         return int(fn())
     except Error as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"

@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _write(args)
     except Error as e:
-        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {' '.join(x.strip() for x in str(e).splitlines() if x.strip())}", file=sys.stderr)
         return 2
 
 

@@ -174,3 +174,11 @@ def test_a_malformed_row_field_is_named_with_its_row(field, value, said):
     with pytest.raises(InvalidOptionError, match=said) as e:
         vd.episode_spec(info)
     assert f"task {TASK!r}" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_task_file_that_is_no_task_file_is_one_line(example, tmp_path, capsys):
+    """An SFT file given as --tasks: the validation lists a problem per line, the command says one line."""
+    src = _jsonl(tmp_path / "sft.jsonl", example)
+    assert vd.main(["rl", ENV_ID, str(tmp_path / "rl.parquet"), "--tasks", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(src) in err
