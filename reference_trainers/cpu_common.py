@@ -32,7 +32,7 @@ from tau_env.reference_trainers.chat_templates import TEMPLATES
 from tau_env.reference_trainers.rollout import FAMILIES, TrajectoryBuilder
 from torch import Tensor, nn
 
-from tau_env.error import Error, InvalidOptionError, ResultsFolderError
+from tau_env.error import Error, InvalidOptionError, ResultsFolderError, one_line
 from tau_env.messages import clip
 from tau_env.sft import initial_tools, sft_example_problem, training_problem
 
@@ -947,11 +947,6 @@ def parse_config(cls: Any, argv: Sequence[str] | None, description: str, prog: s
         return cls(**vars(p.parse_args(argv)))
     except InvalidOptionError as e:  # a value out of its range: argparse's usage line and exit status 2
         p.error(str(e))
-
-
-def one_line(error: BaseException | str) -> str:
-    """An error's text on one line (a task file's validation lists a problem per line)."""
-    return " ".join(part.strip() for part in str(error).splitlines() if part.strip())
 
 
 def run_main(prog: str, fn: Any, resumes: str = "the command without --no-resume resumes from there") -> int:

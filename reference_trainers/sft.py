@@ -268,12 +268,9 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
         log.info("resuming %s from step %d (its own weights: --model is read by a new run only)", out, start)
     token_chars = longest_token_chars(tokenizer)
-    huge = sum(1 for ex in examples if surely_longer_than(ex, cfg.max_len, token_chars))  # not tokenized
-    samples = [
-        tokenize_sft_example(tokenizer, ex, template)
-        for ex in examples
-        if not surely_longer_than(ex, cfg.max_len, token_chars)
-    ]
+    fitting = [ex for ex in examples if not surely_longer_than(ex, cfg.max_len, token_chars)]
+    huge = len(examples) - len(fitting)  # left out without tokenizing
+    samples = [tokenize_sft_example(tokenizer, ex, template) for ex in fitting]
     kept = [s for s in samples if len(s.input_ids) <= cfg.max_len and sum(s.loss_mask)]
     too_long = [s for s in samples if len(s.input_ids) > cfg.max_len]
     if too_long or huge:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tau_env.error import InvalidOptionError, TaskFileError
+from tau_env.error import InvalidOptionError, TaskFileError, one_line
 from tau_env.sft import initial_tools, sft_example_problem, training_problem
 
 AGENT_LOOP = "tau_agent"
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _write(args)
     except Error as e:
-        print(f"{p.prog}: error: {' '.join(x.strip() for x in str(e).splitlines() if x.strip())}", file=sys.stderr)
+        print(f"{p.prog}: error: {one_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -70,7 +70,7 @@ import numpy as np
 import torch
 from tau_env.reference_trainers.objectives import group_loo_advantages
 
-from tau_env.error import DependencyNotInstalled, Error, InvalidOptionError
+from tau_env.error import DependencyNotInstalled, Error, InvalidOptionError, one_line
 
 try:
     from verl.trainer.ppo import core_algos
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InvalidOptionError(f"the veRL config does not compose: {first}") from None
             check_config(cfg, is_cap=args.is_cap, mask_delta=args.mask_delta)
     except Error as e:
-        sys.stderr.write(f"{p.prog}: error: {' '.join(x.strip() for x in str(e).splitlines() if x.strip())}\n")
+        sys.stderr.write(f"{p.prog}: error: {one_line(e)}\n")
         return 2
     sys.stdout.write(
         f"tau_env veRL plugins registered in a fresh veRL process: {', '.join(fresh)}"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tau_env.error import DependencyNotInstalled, Error, InvalidOptionError
+from tau_env.error import DependencyNotInstalled, Error, InvalidOptionError, one_line
 from tau_env.show import escape
 
 AGENTS = ("oracle", "teacher", "noop", "random")
@@ -40,8 +40,7 @@ def _out(text: str, file: Any = None) -> None:
 
 def _err(text: str) -> None:
     """One line on stderr, ``tau-env: <text>``, with newlines folded and controls escaped."""
-    line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
-    print(f"tau-env: {escape(line)}", file=sys.stderr)
+    print(f"tau-env: {escape(one_line(text))}", file=sys.stderr)
 
 
 # -- argument types: a bad value is an argparse error (one line, status 2) ---------------------------

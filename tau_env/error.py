@@ -108,6 +108,13 @@ def shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def one_line(text: object) -> str:
+    """``text`` (an error's message) on one line: its lines stripped and joined by spaces (a task
+    file's validation lists a problem per line), for a command's one ``error:`` line.
+    """
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean "x"?' for the closest choice, or '' if nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
