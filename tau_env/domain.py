@@ -464,6 +464,8 @@ def _file_key(path: Path) -> tuple[str, str] | None:
     import hashlib
 
     try:
+        if not path.is_file():  # a FIFO would block the read; anything but a file is refused by loading
+            return None
         data = path.read_bytes()
     except OSError:
         return None

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tau_env import load_tasks
+from tau_env import load_tasks, make
 from tau_env.error import DomainError, TaskFileError
 from tau_env.tasks import parse_json, read_json_file, read_text_file
 from tests.test_data_folders import (
@@ -125,6 +125,8 @@ def test_load_tasks_refuses_a_named_pipe(tmp_path):
     os.mkfifo(tmp_path / "tasks.jsonl")
     with pytest.raises(TaskFileError, match=r"tasks\.jsonl: expected a regular file, found a named pipe"):
         load_tasks(tmp_path / "tasks.jsonl")
+    with pytest.raises(TaskFileError, match="found a named pipe"):  # make's per-content cache reads no pipe either
+        make("harbor-bank-v0", tasks=tmp_path / "tasks.jsonl")
 
 
 # --- 10: JSON that parses but Python cannot hold ------------------------------------------------------
