@@ -927,7 +927,6 @@ def main(argv: list[str] | None = None) -> int:
         ("--max-steps", args.max_steps, 1, 10**5),
         ("--workers", args.workers, 1, 1024),
         ("--max-len", args.max_len, 1, 10**7),
-        ("--threads", args.threads, 0, 4096),
     ):
         if not low <= value <= high:
             p.error(f"{flag} must be a whole number from {low} to {high}, not {value}")
@@ -971,10 +970,12 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         print(json.dumps({"skipped": f"the train extra is not installed ({e})"}))
         return 0
-    from tau_env.reference_trainers.cpu_common import resolve_device, set_threads
+    from tau_env.reference_trainers.cpu_common import max_threads, resolve_device, set_threads
 
     from tau_env.error import Error, InvalidOptionError
 
+    if not 0 <= args.threads <= max_threads():  # the trainers' own cap: thousands crash BLAS
+        p.error(f"--threads must be a whole number from 0 to {max_threads()}, not {args.threads}")
     try:  # a GPU this machine lacks is said before hours of synthesis
         resolve_device(args.device)
     except InvalidOptionError as e:

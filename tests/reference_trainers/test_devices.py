@@ -200,6 +200,21 @@ def test_the_recipe_refuses_a_missing_gpu_before_it_starts(tmp_path, capsys, no_
     assert not (tmp_path / "run").exists()
 
 
+def test_the_recipe_takes_the_trainers_thread_cap(tmp_path, capsys):
+    from tau_env.reference_trainers.cpu_common import max_threads
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "recipe_cpu.py"
+    spec = importlib.util.spec_from_file_location("recipe_cpu_threads", script)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    for threads in (max_threads() + 1, 4096, -1):
+        with pytest.raises(SystemExit) as e:
+            recipe.main(["--quick", "--out", str(tmp_path / "run"), "--threads", str(threads)])
+        assert e.value.code == 2
+        assert f"--threads must be a whole number from 0 to {max_threads()}, not {threads}" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def _precision() -> str:
     return torch.backends.cuda.matmul.fp32_precision
 
