@@ -10,11 +10,12 @@
 # A Qwen2.5/Qwen3 instruct model of 0.5-1.5B fits one GPU; the family (tool-call printing) is qwen.
 # What it printed on a lent GPU goes in benchmarks/README.md.
 set -euo pipefail
-: "${MODEL:?set MODEL to a small Hugging Face instruct model folder (e.g. Qwen2.5-0.5B-Instruct)}"
 PY="${PYTHON:-python}"
 ROOT="$(cd "$(dirname "$0")" && pwd)"
 CONFIGS="$ROOT/configs"
 . "$ROOT/launch/hydra_quote.sh"
+require MODEL "a small Hugging Face instruct model folder (e.g. Qwen2.5-0.5B-Instruct)"
+count GPUS
 WORK="${WORK:-$(mktemp -d)}"
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"

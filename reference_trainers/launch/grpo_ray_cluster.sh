@@ -10,12 +10,13 @@
 #   RAY_ADDRESS=http://<head>:8265 MODEL=/shared/model TRAIN=/shared/rl.parquet NNODES=4 [GPUS=8] \
 #     reference_trainers/launch/grpo_ray_cluster.sh [more Hydra overrides]
 set -euo pipefail
-: "${RAY_ADDRESS:?set RAY_ADDRESS to the head node dashboard, e.g. http://10.0.0.1:8265}"
-: "${MODEL:?set MODEL to a model folder every node can read}"
-: "${TRAIN:?set TRAIN to an RL parquet every node can read}"
-: "${NNODES:?set NNODES to the number of GPU nodes}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
+require RAY_ADDRESS "the head node dashboard, e.g. http://10.0.0.1:8265"
+require MODEL "a model folder every node can read"
+require TRAIN "an RL parquet every node can read"
+require NNODES "the number of GPU nodes"
+count GPUS NNODES
 no_interpolation MODEL TRAIN VAL CONFIGS
 PY="${PYTHON:-python}"
 PLUGIN="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"

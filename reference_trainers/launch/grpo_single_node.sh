@@ -9,10 +9,11 @@
 # (estimator tau_loo_group, agent loop tau_agent) is loaded in every process by the package's
 # verl.plugins entry point, or by VERL_USE_EXTERNAL_MODULES below.
 set -euo pipefail
-: "${MODEL:?set MODEL to a Hugging Face model folder or id}"
-: "${TRAIN:?set TRAIN to an RL parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
+require MODEL "a Hugging Face model folder or id"
+require TRAIN "an RL parquet"
+count GPUS
 no_interpolation MODEL TRAIN VAL CONFIGS
 PY="${PYTHON:-python}"
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-tau_env.reference_trainers.verl_plugins}"

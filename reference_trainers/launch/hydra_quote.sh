@@ -7,6 +7,27 @@
 # no_interpolation NAME... stops the launcher (exit 2) when one of these variables holds '${': veRL
 # resolves its whole config (OmegaConf.resolve) before reading it, which turns any escaped '${' back
 # into an interpolation, so no quoting keeps such a path as written.
+#
+# require NAME WHAT stops the launcher (exit 2, one line) when NAME is unset or empty, saying WHAT to
+# set it to; count NAME stops it when NAME, set and not empty, is not a whole number of at least 1 (a GPU or
+# node count: veRL would otherwise fail on it after Ray has started).
+
+require() {
+  if [[ -z ${!1-} ]]; then
+    echo "$(basename "$0"): set $1 to $2" >&2
+    exit 2
+  fi
+}
+
+count() {
+  local name
+  for name in "$@"; do
+    if [[ -n ${!name-} && ! ${!name} =~ ^[1-9][0-9]{0,5}$ ]]; then
+      echo "$(basename "$0"): $name=${!name} is not a whole number of at least 1" >&2
+      exit 2
+    fi
+  done
+}
 
 no_interpolation() {
   local name

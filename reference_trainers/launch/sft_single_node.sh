@@ -7,10 +7,11 @@
 #       python -m tau_env.reference_trainers.verl_data sft sft.jsonl sft.parquet
 # Several nodes: torchrun --nnodes=N --node_rank=R --master_addr=... with the same arguments on each.
 set -euo pipefail
-: "${MODEL:?set MODEL to a Hugging Face model folder or id}"
-: "${TRAIN:?set TRAIN to an SFT parquet}"
 CONFIGS="$(cd "$(dirname "$0")/../configs" && pwd)"
 . "$(dirname "$0")/hydra_quote.sh"
+require MODEL "a Hugging Face model folder or id"
+require TRAIN "an SFT parquet"
+count GPUS
 no_interpolation MODEL TRAIN VAL CONFIGS
 PY="${PYTHON:-$(command -v python || command -v python3 || echo python)}"
 # start-up check, once, before torchrun starts a process per GPU that would each fail the same way; the same
