@@ -72,16 +72,35 @@ from tau_env.reference_trainers.objectives import group_loo_advantages
 
 from tau_env.error import DependencyNotInstalled, Error, InvalidOptionError, one_line
 
+
+def _external_module_failure(e: ImportError) -> str | None:
+    """What to say when ``import verl`` failed on a module ``VERL_USE_EXTERNAL_MODULES`` names (veRL
+    imports each one as it starts, so a misspelt name reads as veRL missing); None otherwise.
+    """
+    import os
+
+    listed = [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m.strip()]
+    missing = getattr(e, "name", None) or ""
+    for module in listed:
+        if missing and (module == missing or module.startswith(missing + ".")):
+            return (
+                f"VERL_USE_EXTERNAL_MODULES names {module!r}, which does not import ({e}); "
+                "tau_env's plugin is tau_env.reference_trainers.verl_plugins"
+            )
+    return None
+
+
 try:
     from verl.trainer.ppo import core_algos
 except ImportError as e:  # the start-up command run where veRL is not installed: one line, not a traceback
+    _why = _external_module_failure(e) or f"veRL is not importable here ({e})"
     if __name__ == "__main__":
         import sys
 
-        sys.stderr.write(
-            f"python -m tau_env.reference_trainers.verl_plugins: error: veRL is not importable here ({e})\n"
-        )
+        sys.stderr.write(f"python -m tau_env.reference_trainers.verl_plugins: error: {one_line(_why)}\n")
         raise SystemExit(2) from None
+    if _external_module_failure(e):
+        raise DependencyNotInstalled(_why) from e
     raise DependencyNotInstalled(
         f"tau_env's veRL plugin needs veRL (pip install 'verl==0.9.1' in its own venv): {e}"
     ) from e

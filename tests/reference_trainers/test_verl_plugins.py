@@ -219,6 +219,27 @@ def test_the_start_up_command_checks_a_fresh_process_and_fails_when_the_plugin_i
 
 
 @pytest.mark.parametrize(
+    "module", ["tau_env.reference_trainers.verl_plugin", "tau_envv.reference_trainers.verl_plugins"]
+)
+def test_a_misspelt_external_module_is_named_not_taken_for_a_missing_verl(module):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": module}
+    done = subprocess.run(
+        [sys.executable, "-m", "tau_env.reference_trainers.verl_plugins"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr[-2000:]
+    assert f"VERL_USE_EXTERNAL_MODULES names {module!r}, which does not import" in done.stderr
+    assert "not importable" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
     "overrides, said",
     [
         (["no.such.key=1"], "the veRL config does not compose"),
@@ -293,6 +314,58 @@ def test_hq_gives_veRLs_config_any_value_without_an_interpolation_as_written(val
 
     override = OverridesParser.create().parse_override("k=" + _hq(value))
     assert _as_config_holds(override.value()) == value
+
+
+_LAUNCHERS = ["launch/grpo_single_node.sh", "launch/grpo_ray_cluster.sh", "launch/sft_single_node.sh", "gpu_smoke.sh"]
+
+
+_READS = {  # what each launcher needs beyond the GPU count
+    "launch/grpo_single_node.sh": ("MODEL", "TRAIN"),
+    "launch/grpo_ray_cluster.sh": ("MODEL", "TRAIN", "NNODES", "RAY_ADDRESS"),
+    "launch/sft_single_node.sh": ("MODEL", "TRAIN"),
+    "gpu_smoke.sh": ("MODEL",),
+}
+_BAD = [
+    ("", "set {} to "),
+    (None, "set {} to "),
+]
+_COUNTS = [("abc", "{}=abc is not"), ("0", "{}=0 is not"), ("8 x", "{}=8 x is not"), ("-2", "{}=-2 is not")]
+
+
+@pytest.mark.parametrize(
+    "script, change, said",
+    [(s, {v: value}, said.format(v)) for s, names in _READS.items() for v in names for value, said in _BAD]
+    + [(s, {"GPUS": value}, said.format("GPUS")) for s in _LAUNCHERS for value, said in _COUNTS]
+    + [("launch/grpo_ray_cluster.sh", {"NNODES": value}, said.format("NNODES")) for value, said in _COUNTS],
+)
+def test_a_launcher_says_a_missing_or_bad_variable_in_one_line_before_it_starts(script, change, said, tmp_path):
+    import os
+    import subprocess
+
+    launched = tmp_path / "launched"
+    stub = tmp_path / "python"
+    stub.write_text(f"#!/usr/bin/env bash\ntouch '{launched}'\n")
+    stub.chmod(0o755)
+    env = {
+        **os.environ,
+        "MODEL": str(tmp_path / "m"),
+        "TRAIN": str(tmp_path / "t.parquet"),
+        "RAY_ADDRESS": "http://127.0.0.1:1",
+        "NNODES": "1",
+        "PYTHON": str(stub),
+        "PATH": f"{tmp_path}:{os.environ['PATH']}",
+        "WORK": str(tmp_path / "work"),
+    }
+    env.pop("GPUS", None)
+    for key, value in change.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    done = subprocess.run(["bash", str(CONFIGS.parent / script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and said in done.stderr
+    assert not launched.exists()
 
 
 @pytest.mark.parametrize("script", ["grpo_single_node.sh", "grpo_ray_cluster.sh", "sft_single_node.sh"])
