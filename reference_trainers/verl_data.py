@@ -238,6 +238,8 @@ def _make_sft_dataset() -> type:
             self.messages = [json.loads(s) for s in df["messages_json"]]
             self.tools = [json.loads(s) or None for s in df["tools_json"]]
             self.train_flags = [[bool(x) for x in t] for t in df["train"]]
+            if self.truncation == "error":  # veRL would stop the run when its loader reached a longer one
+                self._leave_out_longer()
             self.enable_thinking = None
             self.dataframe = pd.DataFrame({self.messages_key: self.messages})
             from verl.utils.tokenizer.chat_template import extract_system_prompt_and_generation
@@ -245,6 +247,34 @@ def _make_sft_dataset() -> type:
             self.system_prompt, self.generation_prompt = extract_system_prompt_and_generation(
                 self.tokenizer, **self.apply_chat_template_kwargs
             )
+
+        def _leave_out_longer(self) -> None:
+            """Leave out (with a warning) the examples longer than ``data.max_length`` tokens as
+            rendered, as the CPU trainer leaves out those over its ``--max-len``: with
+            ``truncation: error`` veRL raises on one when its loader reaches it, hours into a run.
+            """
+            kwargs = dict(self.apply_chat_template_kwargs or {})
+            keep = []
+            for messages, tools in zip(self.messages, self.tools, strict=True):
+                rendered = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, **kwargs)
+                ids = rendered["input_ids"] if isinstance(rendered, Mapping) else rendered
+                keep.append(len(ids) <= self.max_length)
+            dropped = keep.count(False)
+            if not dropped:
+                return
+            if dropped == len(keep):
+                raise InvalidOptionError(
+                    f"{self.parquet_files}: all {dropped} SFT examples are longer than data.max_length="
+                    f"{self.max_length} tokens; raise data.max_length."
+                )
+            log.warning(
+                "%d of %d SFT examples are longer than data.max_length=%d tokens and are left out (with "
+                "truncation: error veRL would stop when its loader reached one); raise data.max_length to keep them.",
+                dropped, len(keep), self.max_length,
+            )  # fmt: skip
+            self.messages = [m for m, k in zip(self.messages, keep, strict=True) if k]
+            self.tools = [t for t, k in zip(self.tools, keep, strict=True) if k]
+            self.train_flags = [f for f, k in zip(self.train_flags, keep, strict=True) if k]
 
         def __getitem__(self, item: int) -> dict[str, Any]:
             self._current = item
@@ -333,7 +363,9 @@ def rl_rows(
     """RL rows for the tasks of ``tasks`` (a task file or :class:`tau_env.Task` list; None: the env's own).
 
     A task file's (or list's) tasks are embedded in the rows; the env's own are referred to by id
-    (``task`` empty), so a row stays small. ``task_ids`` keeps those tasks only, in that order.
+    (``task`` empty), so a row stays small. ``task_ids`` keeps those tasks only, in that order; a
+    ``task_ids`` among ``make_kwargs`` (the env's own pool) does the same, and ``task_ids`` must then
+    be among it (a row outside the pool would be a task its env cannot reset to).
     """
     import tau_env
 
@@ -343,6 +375,15 @@ def rl_rows(
     check.close()
     if task_ids is not None:
         task_ids = list(dict.fromkeys(task_ids))  # each task once
+    if make_kwargs.get("task_ids") is not None:  # the env's pool (make checked its ids): the rows too
+        pool_ids = list(dict.fromkeys(make_kwargs["task_ids"]))
+        outside = [t for t in task_ids or () if t not in pool_ids]
+        if outside:
+            raise InvalidOptionError(
+                f"task id(s) {outside[:5]} are not among make_kwargs' task_ids {pool_ids[:5]}"
+                f"{' ...' if len(pool_ids) > 5 else ''}: an env made with those keywords plays only its task_ids."
+            )
+        task_ids = task_ids if task_ids is not None else pool_ids
     embed = tasks is not None
     if tasks is None:
         loader = {k: v for k, v in make_kwargs.items() if k not in _env_kwargs()}

@@ -113,6 +113,24 @@ def test_an_env_that_would_fail_on_the_workers_is_said_now(argv, said, tmp_path,
     assert said in err and "Traceback" not in err and not (tmp_path / "rl.parquet").exists()
 
 
+def test_make_kwargs_task_ids_are_the_rows(tmp_path, capsys):
+    """An env made with ``task_ids`` plays only those: the rows are those tasks, --task-id among them."""
+    out = tmp_path / "rl.parquet"
+    pool = ["found_card_unlock", TASK]
+    kwargs = json.dumps({"task_ids": pool})
+    assert vd.main(["rl", ENV_ID, str(out), "--make-kwargs", kwargs]) == 0
+    assert [e["task_id"] for e in pd.read_parquet(out)["extra_info"]] == pool
+    assert vd.main(["rl", ENV_ID, str(out), "--make-kwargs", kwargs, "--task-id", TASK]) == 0
+    assert [e["task_id"] for e in pd.read_parquet(out)["extra_info"]] == [TASK]
+    kept = out.read_bytes()
+    assert vd.main(["rl", ENV_ID, str(out), "--make-kwargs", kwargs, "--task-id", "travel_notice_simple"]) == 2
+    err = capsys.readouterr().err
+    assert "'travel_notice_simple'" in err and "not among make_kwargs' task_ids" in err and "Traceback" not in err
+    assert out.read_bytes() == kept
+    assert vd.main(["rl", ENV_ID, str(out), "--make-kwargs", '{"task_ids": ["no_such_task"]}']) == 2
+    assert "no_such_task" in capsys.readouterr().err and out.read_bytes() == kept
+
+
 def test_a_task_id_given_twice_is_one_row(tmp_path):
     out = tmp_path / "rl.parquet"
     assert vd.main(["rl", ENV_ID, str(out), "--task-id", TASK, "--task-id", TASK]) == 0

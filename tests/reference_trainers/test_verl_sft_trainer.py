@@ -124,6 +124,35 @@ def test_verl_sft_trainer_trains_one_step_on_our_parquet_on_the_cpu(data):
     assert torch.isfinite(logits).all()
 
 
+def test_examples_longer_than_max_length_are_left_out_not_met_hours_into_the_run(data, caplog):
+    """With the overlay's truncation: error, veRL raised on an over-long example when its loader reached
+    it; the dataset leaves those out up front (said in a warning), as the CPU trainer does."""
+    from transformers import AutoTokenizer
+    from verl.trainer.sft_trainer import create_sft_dataset
+
+    root, examples = data
+    tok = AutoTokenizer.from_pretrained(root / "model")
+    cfg = vp.compose_config(str(CONFIGS), "tau_sft", [f"data.train_files={root / 'sft.parquet'}"])
+    full = create_sft_dataset(cfg.data.train_files, cfg.data, tok, None)
+    lengths = sorted(len(full[i]["input_ids"]) for i in range(len(full)))
+    assert lengths[0] < lengths[-1]
+    for limit, kept in ((lengths[0], 1), (lengths[-1], len(examples)), (lengths[-1] - 1, 1)):
+        over = [f"data.train_files={root / 'sft.parquet'}", f"data.max_length={limit}"]
+        cfg = vp.compose_config(str(CONFIGS), "tau_sft", over)
+        caplog.clear()
+        ds = create_sft_dataset(cfg.data.train_files, cfg.data, tok, None)
+        assert len(ds) == kept
+        assert all(len(ds[i]["input_ids"]) <= limit for i in range(len(ds)))  # no item raises
+        said = [r.getMessage() for r in caplog.records if "data.max_length" in r.getMessage()]
+        assert said == ([] if kept == len(examples) else [f"1 of 2 SFT examples are longer than data.max_length={limit}"
+                                                         " tokens and are left out (with truncation: error veRL would"
+                                                         " stop when its loader reached one); raise data.max_length to"
+                                                         " keep them."])  # fmt: skip
+    cfg = vp.compose_config(str(CONFIGS), "tau_sft", [f"data.train_files={root / 'sft.parquet'}", "data.max_length=10"])
+    with pytest.raises(Exception, match="all 2 SFT examples are longer than data.max_length=10 tokens"):
+        create_sft_dataset(cfg.data.train_files, cfg.data, tok, None)
+
+
 def test_the_dataset_verl_builds_from_the_overlay_trains_only_flagged_turns(data):
     from transformers import AutoTokenizer
     from verl.trainer.sft_trainer import create_sft_dataset
