@@ -96,6 +96,12 @@ class VerlTokenPolicy(TokenPolicy):
             self.max_context = len(prompt) + self.response_length
             # later turns get this room from TokenPolicy.aact: the template's end of a turn cut at the limit
             end = self._builder.end_of_turn_tokens if self._builder is not None else 0
+            if self.response_length <= end:  # no agent token fits: every sample would be cut, nothing trained
+                raise InvalidOptionError(
+                    f"actor_rollout_ref.rollout.response_length is {self.response_length}: an agent turn needs more "
+                    f"than the chat template's {end} end-of-turn tokens; give it room for a whole episode's agent "
+                    "turns and env messages (the recipe's overlay: 8192)."
+                )
             max_new_tokens = min(max_new_tokens, self.max_context - len(prompt) - end)
         max_new_tokens = max(1, min(max_new_tokens, self.max_context - len(prompt)))
         params = {**self.sampling_params, "logprobs": True, "max_tokens": max_new_tokens}
@@ -137,12 +143,42 @@ def _llm_user(model: str, base_url: str | None, api_key_env: str, temperature: f
     return LLMUser(client)
 
 
+#: Row tasks already checked in this process (their env id and JSON): a group's G rollouts check once.
+_CHECKED_TASKS: set[tuple[str, str]] = set()
+
+
 def make_env(spec: EpisodeSpec) -> tau_env.TauEnv:
-    """The env of one RL row: ``tau_env.make(env_id, **make_kwargs)``, playing the row's task JSON when it has one."""
+    """The env of one RL row: ``tau_env.make(env_id, **make_kwargs)``, playing the row's task JSON when it has one.
+
+    A row's task is checked as a task file is (:func:`tau_env.checker.static_task_problems`): a
+    hand-made row whose reference actions name a tool the env lacks would otherwise be played and
+    graded 0 without a word.
+    """
+    import json
+
+    from tau_env.error import TaskFileError
+
     kwargs = dict(spec.make_kwargs)
+    task = None
     if spec.task is not None:
-        kwargs["tasks"] = [tau_env.Task.model_validate(spec.task)]
-    return tau_env.make(spec.env_id, **kwargs)
+        task = tau_env.Task.model_validate(spec.task)
+        kwargs["tasks"] = [task]
+    env = tau_env.make(spec.env_id, **kwargs)
+    if task is not None:
+        key = (spec.env_id, json.dumps(spec.task, sort_keys=True, default=str))
+        if key not in _CHECKED_TASKS:
+            from tau_env.checker import static_task_problems
+
+            problems = static_task_problems(env.domain, task)
+            if problems:
+                env.close()
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise TaskFileError(
+                    f"The RL row of task {task.id!r} ({spec.env_id}) embeds a task that cannot be played or graded: "
+                    f"{problems[0]}{more} Rebuild the rows with `python -m tau_env.reference_trainers.verl_data rl`."
+                )
+            _CHECKED_TASKS.add(key)
+    return env
 
 
 def to_output(

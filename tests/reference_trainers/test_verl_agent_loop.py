@@ -169,6 +169,34 @@ def test_missing_logprobs_are_refused(model):
         asyncio.run(policy._generate([1, 2, 3], 10, 0))
 
 
+@pytest.mark.parametrize("response_length", [1, 2])
+def test_a_response_length_with_no_room_for_a_turn_is_refused(model, response_length):
+    """Below the template's end of a turn, every sample would come out truncated with no agent token."""
+    from tau_env.reference_trainers.rollout import TrajectoryBuilder
+
+    _, tok = model
+    calls = []
+
+    class Server:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kw):
+            calls.append(sampling_params)
+            return TokenOutput(token_ids=[1], log_probs=[-0.1])
+
+    policy = VerlTokenPolicy(tok, Server(), sampling_params={"temperature": 1.0}, response_length=response_length)
+    policy._builder = TrajectoryBuilder(tok)
+    prompt = policy._builder.start([{"role": "user", "content": "Hi, I lost my card."}])
+    end = policy._builder.end_of_turn_tokens
+    assert end >= response_length  # the tiny model's template ends a turn in 2 tokens
+    with pytest.raises(InvalidOptionError, match=f"response_length is {response_length}: .* {end} end-of-turn"):
+        asyncio.run(policy._generate(prompt, 10, 0))
+    assert calls == []
+    roomy = VerlTokenPolicy(tok, Server(), sampling_params={"temperature": 1.0}, response_length=end + 1)
+    roomy._builder = TrajectoryBuilder(tok)
+    roomy._builder.start([{"role": "user", "content": "Hi, I lost my card."}])
+    asyncio.run(roomy._generate(prompt, 10, 0))
+    assert calls[-1]["max_tokens"] == 1
+
+
 @pytest.mark.parametrize(
     "ids, logprobs, said",
     [

@@ -154,6 +154,31 @@ def test_rl_rows_embed_tasks_of_a_file(tmp_path):
         vd.rl_rows(ENV_ID, task_ids=["nope"])
 
 
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda a: a.update(name="set_travel_notise"), "no tool named 'set_travel_notise'"),
+        (lambda a: a.update(requestor="user"), "but the requestor is 'user'"),
+    ],
+)
+def test_a_hand_made_row_whose_task_cannot_be_graded_is_refused_not_played(change, said):
+    """A row built by hand (not by verl_data rl, which loads the file and checks it): its embedded task
+    naming a tool the env lacks used to be played and graded 0 without a word."""
+    domain = tau_env.registry.load_domain(ENV_ID)
+    task = domain.task_index[TASK].model_dump(mode="json")
+    task["id"] = "hand_made"
+    change(task["actions"][-1])
+    row = vd.rl_row(ENV_ID, tau_env.Task.model_validate(task), 0, embed_task=True)
+    spec = vd.episode_spec(row["extra_info"])
+    for _ in range(2):  # refused every time it is drawn, not only the first
+        with pytest.raises(TaskFileError, match=f"RL row of task 'hand_made'.*{said}"):
+            make_env(spec)
+    good = domain.task_index[TASK].model_copy(update={"id": "hand_made_ok"})
+    ok = vd.episode_spec(vd.rl_row(ENV_ID, good, 0, embed_task=True)["extra_info"])
+    env = make_env(ok)
+    assert tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id="hand_made_ok").reward == 1.0
+
+
 def test_episode_spec_names_what_is_missing():
     with pytest.raises(InvalidOptionError, match="extra_info"):
         vd.episode_spec(None)
