@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import random
 import shutil
@@ -194,8 +195,113 @@ def save_checkpoint(
     (run_dir / "latest.tmp").write_text(final.name + "\n", encoding="utf-8")
     (run_dir / "latest.tmp").replace(run_dir / "latest")
     for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        _prune(old)
     return final
+
+
+# --- readers of a live run's checkpoints ------------------------------------------------------------------
+# An evaluation (or a trainer starting from --model RUN) reading a checkpoint holds a shared flock on
+# RUN/checkpoints/.read-step-NNNNNN.lock while it reads; pruning takes it exclusively, without waiting,
+# and keeps a checkpoint somebody is reading (a later save prunes it). The lock lies beside the
+# checkpoint, not in it: its files, and so its digest, stay what the trainer wrote.
+
+
+def _reader_lock(checkpoint: Path) -> Path | None:
+    """The reader lock of a run's checkpoint (None for a checkpoint outside a run's ``checkpoints/``)."""
+    if checkpoint.parent.name != "checkpoints" or not checkpoint.name.startswith("step-"):
+        return None
+    return checkpoint.parent / f".read-{checkpoint.name}.lock"
+
+
+def _prune(old: Path) -> None:
+    """Delete an old checkpoint unless a reader holds it."""
+    from tau_env.harness.results import fcntl, open_own
+
+    lock = _reader_lock(old)
+    fd = None
+    if fcntl is not None and lock is not None:
+        try:
+            fd = open_own(lock, os.O_RDWR | os.O_CREAT)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # read now: kept until a later save
+            os.close(fd)
+            return
+        except OSError:  # no lock file can be made here: prune as before
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        shutil.rmtree(old, ignore_errors=True)
+        if fd is not None:
+            try:
+                os.unlink(lock)  # while still held: no reader can take it for a folder that is gone
+            except OSError:
+                pass
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+class CheckpointLease:
+    """A checkpoint held for reading (:func:`hold_checkpoint`): ``path`` is the checkpoint folder;
+    :meth:`release` (or the end of a ``with`` block) lets the run prune it again.
+    """
+
+    def __init__(self, path: Path, fd: int | None):
+        self.path, self._fd = path, fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> CheckpointLease:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def hold_checkpoint(path: str | Path, tries: int = 10) -> CheckpointLease:
+    """:func:`resolve_checkpoint` ``path`` and hold what it finds against the run's pruning: a live
+    run saving with ``--keep-checkpoints 1`` deletes its previous checkpoint at each save, which an
+    evaluation of ``RUN`` may be reading. When the checkpoint found is pruned before the hold is
+    taken, the run's newer one is found and held (``tries`` times).
+    """
+    from tau_env.harness.results import fcntl, open_own
+
+    for _ in range(max(1, tries)):
+        found = resolve_checkpoint(path)
+        lock = _reader_lock(found)
+        if fcntl is None or lock is None:
+            return CheckpointLease(found, None)
+        try:
+            fd = open_own(lock, os.O_RDWR | os.O_CREAT)
+        except FileNotFoundError:  # its run's checkpoints/ went away (--no-resume): look again
+            continue
+        except OSError:  # a folder that takes no file (read-only copy): nothing prunes it either
+            return CheckpointLease(found, None)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # being pruned now: the run's newer checkpoint
+            os.close(fd)
+            continue
+        try:
+            held = os.path.samestat(os.fstat(fd), os.lstat(lock)) and (found / INFO_FILE).is_file()
+        except FileNotFoundError:
+            held = False
+        if held:
+            return CheckpointLease(found, fd)
+        if not found.exists():  # pruned between finding it and holding it: no lock left for a folder gone
+            try:
+                os.unlink(lock)
+            except OSError:
+                pass
+        os.close(fd)
+    raise ResultsFolderError(
+        f"{path}: its checkpoints were deleted as fast as they were found ({tries} tries); pass one "
+        "checkpoint folder (RUN/checkpoints/step-N) or run with a larger --keep-checkpoints."
+    )
 
 
 def base_checkpoint(
@@ -399,7 +505,11 @@ def load_checkpoint(path: str | Path, *, for_training: bool = False, device: str
         device: Where the model goes (``auto``, ``cpu``, ``cuda[:N]``); a checkpoint saved on one
             device loads on any other (its resume state is read onto the CPU, the optimizer moves it).
     """
-    path = resolve_checkpoint(path)
+    with hold_checkpoint(path) as lease:  # a live run does not prune it while it is read
+        return _load_checkpoint(lease.path, for_training, device)
+
+
+def _load_checkpoint(path: Path, for_training: bool, device: str) -> Checkpoint:
     info = read_info(path)
     model, tokenizer = load_model(path, device=device)
     state: dict[str, Any] = {}

@@ -307,7 +307,7 @@ def collect(
     (what a round wrote there goes, once the checkpoint and the tasks have loaded). ``device``: where
     the checkpoint generates (``auto``: a GPU when torch sees one, else the CPU); not a setting.
     """
-    from tau_env.reference_trainers.checkpoint import checkpoint_digest, resolve_checkpoint
+    from tau_env.reference_trainers.checkpoint import checkpoint_digest, hold_checkpoint
     from tau_env.reference_trainers.cpu_common import content_digest
 
     out = Path(out)
@@ -316,35 +316,42 @@ def collect(
             if not p.is_dir():
                 raise InvalidOptionError(f"--out {out}: {p} is a file, not a folder; pass another --out.")
             break
-    checkpoint = resolve_checkpoint(checkpoint)  # a run folder: its latest checkpoint, recorded as such
-    tasks_file = Path(tasks) if tasks is not None else None
-    if tasks_file is not None and not tasks_file.is_file():
-        raise InvalidOptionError(f"--tasks {tasks_file} is no file; pass a task file (a synthesis run's tasks.jsonl).")
-    settings = {
-        "checkpoint": checkpoint_digest(checkpoint),
-        "env": env,
-        "tasks": content_digest(tasks_file.read_bytes()) if tasks_file is not None else None,
-        "task_ids": sorted(set(task_ids)) if task_ids else None,
-        "trials": trials,
-        "seed": seed,
-        "p_learner": p_learner,
-        "temperature": temperature,
-        "max_new_tokens": max_new_tokens,
-        "max_steps": max_steps,
-        "retrieval": retrieval,
-        "lookup": lookup,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    lock = FolderLock(
-        out / LOCK_NAME,
-        lambda pid: ResultsFolderError(
-            f"{out} is in use by another DAgger command{pid}; wait for it, or pass another --out."
-        ),
-    )
+    # a run folder: its latest checkpoint, recorded as such, held for the round (a live run keeps it)
+    lease = hold_checkpoint(checkpoint)
     try:
-        return _collect_locked(checkpoint, out, settings, tasks, task_ids, restart, device)
+        checkpoint = lease.path
+        tasks_file = Path(tasks) if tasks is not None else None
+        if tasks_file is not None and not tasks_file.is_file():
+            raise InvalidOptionError(
+                f"--tasks {tasks_file} is no file; pass a task file (a synthesis run's tasks.jsonl)."
+            )
+        settings = {
+            "checkpoint": checkpoint_digest(checkpoint),
+            "env": env,
+            "tasks": content_digest(tasks_file.read_bytes()) if tasks_file is not None else None,
+            "task_ids": sorted(set(task_ids)) if task_ids else None,
+            "trials": trials,
+            "seed": seed,
+            "p_learner": p_learner,
+            "temperature": temperature,
+            "max_new_tokens": max_new_tokens,
+            "max_steps": max_steps,
+            "retrieval": retrieval,
+            "lookup": lookup,
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(
+            out / LOCK_NAME,
+            lambda pid: ResultsFolderError(
+                f"{out} is in use by another DAgger command{pid}; wait for it, or pass another --out."
+            ),
+        )
+        try:
+            return _collect_locked(checkpoint, out, settings, tasks, task_ids, restart, device)
+        finally:
+            lock.release()
     finally:
-        lock.release()
+        lease.release()
 
 
 #: What a round writes in its folder (``restart`` removes these, and nothing else).

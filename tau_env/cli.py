@@ -235,10 +235,11 @@ def _llm(args: argparse.Namespace, seat: str) -> Any:
     return LLMAgent(client, strip_reasoning=args.strip_reasoning) if seat == "agent" else LLMUser(client)
 
 
-def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
+def _checkpoint(args: argparse.Namespace, held: list[Any]) -> dict[str, Any]:
     """What ``--agent-checkpoint`` names, read without loading its model: the checkpoint folder (a run
     folder: its latest), its trainer's record and the domain it was trained on. The flags that would
-    configure another agent are refused here, before any weight is read.
+    configure another agent are refused here, before any weight is read. The checkpoint is held
+    (appended to ``held``) so that a live run does not prune it before it is loaded.
     """
     others = [
         flag
@@ -262,7 +263,7 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
             "use --backend local (--concurrency N episodes share the model)."
         )
     try:  # the 'train' extra (torch, transformers), only for this flag
-        from tau_env.reference_trainers.checkpoint import read_info, resolve_checkpoint
+        from tau_env.reference_trainers.checkpoint import hold_checkpoint, read_info
     except ImportError as e:
         raise DependencyNotInstalled(
             f"--agent-checkpoint plays the model in process and needs the 'train' extra ({e.name or e}): "
@@ -271,7 +272,9 @@ def _checkpoint(args: argparse.Namespace) -> dict[str, Any]:
     from tau_env.reference_trainers.cpu_common import resolve_device
 
     resolve_device(args.agent_device or "auto", "--agent-device")  # a GPU this machine lacks, said first
-    args.agent_checkpoint = resolve_checkpoint(args.agent_checkpoint)  # a run folder: its latest checkpoint
+    lease = hold_checkpoint(args.agent_checkpoint)  # a run folder: its latest checkpoint
+    held.append(lease)
+    args.agent_checkpoint = lease.path
     info = read_info(args.agent_checkpoint)
     return {"info": info, "domain": (info.get("agent") or {}).get("domain")}
 
@@ -317,6 +320,15 @@ def _trained_defaults(args: argparse.Namespace, checkpoint: dict[str, Any], doma
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    held: list[Any] = []  # --agent-checkpoint's lease: a live run keeps the checkpoint until it is loaded
+    try:
+        return _eval(args, held)
+    finally:
+        for lease in held:
+            lease.release()
+
+
+def _eval(args: argparse.Namespace, held: list[Any]) -> int:
     import asyncio
 
     from tau_env.harness import aevaluate, evaluate, format_metrics
@@ -332,7 +344,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise InvalidOptionError(f"--agent {args.agent} and --agent-model both name the agent; give one.")
     if args.agent_device is not None and args.agent_checkpoint is None:
         raise InvalidOptionError("--agent-device places --agent-checkpoint's model; give --agent-checkpoint too.")
-    checkpoint = _checkpoint(args) if args.agent_checkpoint is not None else None
+    checkpoint = _checkpoint(args, held) if args.agent_checkpoint is not None else None
     domain = args.domain_opt or args.domain or (checkpoint or {}).get("domain") or "harbor-bank-v0"
     if checkpoint:
         _trained_defaults(args, checkpoint, domain)
@@ -368,6 +380,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         with quiet_loading(args.quiet):
             _checkpoint_policy(args, checkpoint)
+        for lease in held:  # loaded: the run may prune it now
+            lease.release()
     agent = checkpoint["policy"] if checkpoint else _llm(args, "agent") or _agent(args.agent or "oracle")
     common = dict(
         task_ids=args.task or None,

@@ -346,6 +346,45 @@ def test_the_command_plays_a_checkpoint_and_writes_sft_examples(tmp_path):
         main([*argv[:4], "--p-learner", "2"])
 
 
+def test_a_round_holds_the_checkpoint_it_plays_against_the_live_runs_pruning(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tau_env.reference_trainers import dagger
+    from tau_env.reference_trainers.checkpoint import (
+        base_checkpoint,
+        checkpoint_digest,
+        find_checkpoint,
+        load_checkpoint,
+        save_checkpoint,
+    )
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", [json.dumps(_teacher_episode()["agent_view"])] * 3)
+    ckpt = base_checkpoint(model, tmp_path / "base", retrieval="grep", max_new_tokens=6)
+    run, loaded, digest = ckpt.parents[1], load_checkpoint(ckpt), checkpoint_digest(ckpt)
+
+    def save(step):  # the live run's save with --keep-checkpoints 1
+        i = loaded.info
+        save_checkpoint(run, step, model=loaded.model, tokenizer=loaded.tokenizer, chat_template=loaded.chat_template,
+                        trainer="sft", config=i["config"], family=i["family"], agent=i["agent"], keep=1)  # fmt: skip
+
+    real, seen = dagger.DaggerAgent._aact, []
+
+    async def saving(self, obs):
+        if not seen:
+            save(1)
+        seen.append(ckpt.is_dir())
+        return await real(self, obs)
+
+    monkeypatch.setattr(dagger.DaggerAgent, "_aact", saving)
+    summary = dagger.collect(run, tmp_path / "round", task_ids=[TASK], p_learner=1.0, max_steps=4)
+    assert seen and all(seen)  # step 0 stayed while the round played it
+    assert summary["checkpoint_path"] == str(ckpt.resolve()) and find_checkpoint(run).name == "step-000001"
+    assert json.loads(next((tmp_path / "round").rglob("config.json")).read_text())["dagger"]["checkpoint"] == digest
+    save(2)  # the round is over: pruned
+    assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == ["step-000002"]
+
+
 def test_a_round_cut_short_goes_on_where_it_stopped_and_gives_what_one_run_gives(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

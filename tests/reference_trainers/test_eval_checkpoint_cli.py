@@ -137,3 +137,81 @@ def test_quiet_loads_without_progress_bars(sft_run, tmp_path, capsys):
     from transformers.utils import logging as hf_logging
 
     assert hf_logging.is_progress_bar_enabled()  # put back after
+
+
+def _save(run, step, ckpt, keep):
+    info = ckpt.info
+    return checkpoint_module.save_checkpoint(
+        run, step, model=ckpt.model, tokenizer=ckpt.tokenizer, chat_template=ckpt.chat_template,
+        trainer=info["trainer"], config=info["config"], family=info["family"], agent=info["agent"], keep=keep,
+    )  # fmt: skip
+
+
+def _steps(run):
+    return sorted(p.name for p in (run / "checkpoints").iterdir())
+
+
+def test_a_checkpoint_being_read_is_kept_by_the_live_runs_pruning(sft_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    lease = checkpoint_module.hold_checkpoint(run)
+    assert lease.path == run / "checkpoints" / "step-000001"
+    digest = checkpoint_module.checkpoint_digest(lease.path)
+    _save(run, 2, ckpt, keep=1)  # --keep-checkpoints 1: step 1 would go, but it is being read
+    assert (lease.path / checkpoint_module.INFO_FILE).is_file()
+    assert checkpoint_module.checkpoint_digest(lease.path) == digest  # the lock lies beside it, not in it
+    assert checkpoint_module.find_checkpoint(run).name == "step-000002"
+    lease.release()
+    lease.release()  # twice is harmless
+    _save(run, 3, ckpt, keep=1)  # read no more: pruned with step 2, their locks with them
+    assert _steps(run) == ["step-000003"]
+    with checkpoint_module.hold_checkpoint(run / "checkpoints" / "step-000003") as held:
+        assert held.path.name == "step-000003"
+    assert _steps(run) == [".read-step-000003.lock", "step-000003"]
+    _save(run, 4, ckpt, keep=1)
+    assert _steps(run) == ["step-000004"]
+
+
+def test_a_checkpoint_pruned_before_it_is_held_gives_the_runs_newer_one(sft_run, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    real = checkpoint_module.resolve_checkpoint
+    calls = []
+
+    def racing(path):
+        found = real(path)
+        if not calls:  # the run saves and prunes between finding the latest and holding it
+            _save(run, 2, ckpt, keep=1)
+        calls.append(found.name)
+        return found
+
+    monkeypatch.setattr(checkpoint_module, "resolve_checkpoint", racing)
+    with checkpoint_module.hold_checkpoint(run) as lease:
+        assert lease.path.name == "step-000002" and calls == ["step-000001", "step-000002"]
+    assert _steps(run) == [".read-step-000002.lock", "step-000002"]
+
+
+def test_eval_of_a_live_run_loads_the_checkpoint_it_found_while_the_run_saves(sft_run, tmp_path, capsys, monkeypatch):
+    """The race of --keep-checkpoints 1: the run saved (and pruned) while eval read the weights; eval
+    used to fail with the checkpoint's files gone under it (exit 2)."""
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    real = checkpoint_module.load_model
+    saved = []
+
+    def load_while_the_run_saves(path, **kw):
+        if not saved:
+            saved.append(_save(run, 2, ckpt, keep=1))
+        return real(path, **kw)
+
+    monkeypatch.setattr(checkpoint_module, "load_model", load_while_the_run_saves)
+    out = tmp_path / "eval"
+    code, err = _eval(capsys, "--agent-checkpoint", str(run), *ARGS, "--trials", "1", "--out", str(out))
+    assert code == 0, err
+    assert json.loads((out / "config.json").read_text())["agent_checkpoint"]["step"] == 1
+    assert saved and (run / "checkpoints" / "step-000001").is_dir()  # kept while read
+    _save(run, 3, ckpt, keep=1)  # released once loaded: the next save prunes it
+    assert _steps(run) == ["step-000003"]
