@@ -373,9 +373,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument(
         "--batch",
         type=_int(1),
-        default=100,
-        help="plans per batch; reflection runs between (default 100). A stopped run resumed with the same "
-        "--batch gives the tasks an uninterrupted run would; another batch is allowed but plans other ones",
+        default=None,
+        help="plans per batch; reflection runs between (default: 100 for a new run, the run's own when "
+        "continuing; a run records its batch and continues only with it, so a stopped run resumed gives the "
+        "tasks an uninterrupted run would)",
     )
     s.add_argument("--no-review", action="store_true", help="skip the LLM reviewer (verification still runs)")
     s.add_argument("--workers", type=_int(1, 64), default=1, help="verification processes, 1 to 64 (default 1)")

@@ -38,6 +38,8 @@ from tau_env.error import Error, InvalidOptionError
 REGENERATION_BUDGET = 2
 #: Accepted tasks each write tool should reach (fewer when ``n`` is too small for every tool to get it).
 MIN_PER_TOOL = 20
+#: Plans per round of a new ``run_tasks`` run given no ``batch``.
+BATCH = 100
 #: Rounds in a row that accept nothing before ``run_tasks`` stops short of ``n``.
 STALL_ROUNDS = 3
 #: Failed plans (none passing) after which coverage stops asking for a template's write tools.
@@ -70,10 +72,12 @@ def _open(
     same_backend: bool = False,
     ids: str | None = None,
     weights: dict[str, float] | None = None,
+    batch: int | None = None,
 ):
     """The run folder ``out``: created for ``domain_id`` (or resumed if it holds that run), or, with
     ``domain_id`` None, the run already there; a ``seed`` (and with ``same_backend`` the model)
-    given for a run that continues must be the run's own, and so must an ``ids`` style and ``weights``.
+    given for a run that continues must be the run's own, and so must an ``ids`` style, ``weights``
+    and a ``batch`` (a folder that recorded none takes the one given).
     """
     from tau_env.synthesis.run import RunFolder, id_style, plan_weights
 
@@ -96,6 +100,8 @@ def _open(
             differ.append(f"ids: {id_style(run.settings)} in the folder, {ids} now")
         if weights is not None and plan_weights(run.settings) != weights:
             differ.append(f"weights: {json.dumps(plan_weights(run.settings))} in the folder, {json.dumps(weights)} now")
+        if batch is not None and run.settings.get("batch") not in (None, batch):
+            differ.append(f"batch: {run.settings['batch']} in the folder, {batch} now")
         if differ:
             run.close()
             raise SynthesisError(
@@ -126,6 +132,7 @@ def _open(
         "quiet": quiet,
         "ids": ids,
         "weights": weights,
+        "batch": batch,
     }
     from tau_env.synthesis.run import _Lock
 
@@ -492,7 +499,7 @@ def run_tasks(
     data_dir: str | Path | None = None,
     llm: Any = None,
     seed: int | None = None,
-    batch: int = 200,
+    batch: int | None = None,
     review: bool = True,
     reflect: bool = True,
     quiet: bool = True,
@@ -503,10 +510,12 @@ def run_tasks(
 ) -> dict[str, Any]:
     """Synthesize until ``n`` verified, reviewed, distinct single-request tasks are in ``out/tasks.jsonl``.
 
-    Rounds of ``batch`` plans each; after a round, reflection proposes new prompts and plan weights
-    for the next, and the round after that decides whether the update stays (its yield did not drop)
-    or is rolled back. A run that is stopped goes on from its files: accepted tasks, verdicts and
-    the current reflection version are on disk.
+    Rounds of ``batch`` plans each (None: the run's own; :data:`BATCH` for a new run); after a
+    round, reflection proposes new prompts and plan weights for the next, and the round after that
+    decides whether the update stays (its yield did not drop) or is rolled back. A run that is
+    stopped goes on from its files: accepted tasks, verdicts and the current reflection version are
+    on disk, and it gives the tasks an uninterrupted run would. The run records its batch: it
+    continues only with its own (another would plan other tasks from the next round on).
 
     ``weights`` shapes the mix of plans (:mod:`~tau_env.synthesis.planner`'s keys: a template, a
     cell ``template/outcome/failure``, ``outcome:X``, ``failure:Y``, ``failure:-`` for the plain
@@ -520,7 +529,8 @@ def run_tasks(
     from tau_env.synthesis.reflect import Reflector
 
     _positive("n", n)
-    _positive("batch", batch)
+    if batch is not None:
+        _positive("batch", batch)
     _positive("workers", workers)
     if ids is not None and ids not in ID_STYLES:
         raise SynthesisError(f"ids={ids!r}: one of {', '.join(ID_STYLES)}")
@@ -531,8 +541,12 @@ def run_tasks(
         recorded = (folder / "run.json").read_bytes()  # what a refused weight must not change
     except OSError:
         recorded = None
-    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids, weights=weights)
+    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids, weights=weights, batch=batch)
     seed = run.settings.get("seed", 0)  # the run's own, when it continues
+    if run.settings.get("batch") is None:  # a new run given none, or a folder from before batches were recorded
+        run.settings["batch"] = batch or BATCH
+        run.write_json("run.json", run.settings)
+    batch = run.settings["batch"]
     pool: ProcessPoolExecutor | None = None
     with run:
         from tau_env.synthesis.run import plan_weights

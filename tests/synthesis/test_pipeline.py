@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -128,6 +129,34 @@ def test_a_folder_of_another_run_is_refused_and_graphs_are_reused(tmp_path):
         pipeline.run_compose(tmp_path / "nothing", n=3)
     with pytest.raises(tau_env.error.InvalidOptionError, match="n must be a positive integer"):
         pipeline.run_tasks(out, ENV, n=0)
+
+
+def test_a_run_records_its_batch_and_continues_only_with_it(tmp_path):
+    """Another batch plans other tasks from the next round on: a resumed run takes its own (none given)
+    and refuses another, so a stopped run resumed gives the tasks an uninterrupted one would."""
+    whole = tmp_path / "whole"
+    pipeline.run_tasks(whole, ENV, n=24, batch=12, seed=4)
+    out = tmp_path / "run"
+    pipeline.run_tasks(out, ENV, n=24, batch=12, seed=4, max_rounds=1)  # stopped after its first round
+    settings = json.loads((out / "run.json").read_text())
+    assert settings["batch"] == 12
+    with pytest.raises(SynthesisError, match="batch: 12 in the folder, 100 now"):
+        pipeline.run_tasks(out, ENV, n=24, batch=100, seed=4)
+    assert json.loads((out / "run.json").read_text()) == settings
+    with pytest.raises(SynthesisError, match="batch: 12 in the folder, 7 now"):
+        pipeline.run_tasks(out, n=24, batch=7)  # the domain taken from the folder: the same check
+    assert pipeline.run_tasks(out, n=24)["accepted"] == 24  # none given: the run's own
+    assert (out / "tasks.jsonl").read_text() == (whole / "tasks.jsonl").read_text()
+    rounds = collections.Counter(p["round"] for p in map(json.loads, (out / "plans.jsonl").read_text().splitlines()))
+    assert max(rounds.values()) <= 12
+    # a folder from before batches were recorded takes the one given (or the default), and records it
+    del settings["batch"]
+    (out / "run.json").write_text(json.dumps(settings))
+    pipeline.run_tasks(out, n=25, batch=5)
+    assert json.loads((out / "run.json").read_text())["batch"] == 5
+    new = tmp_path / "new"
+    pipeline.run_tasks(new, ENV, n=2)
+    assert json.loads((new / "run.json").read_text())["batch"] == pipeline.BATCH == 100
 
 
 # ---------------------------------------------------------------- every model role through a scripted server
