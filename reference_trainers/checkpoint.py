@@ -38,7 +38,7 @@ from tau_env.reference_trainers.cpu_common import (
 )
 from tau_env.reference_trainers.rollout import FAMILIES
 
-from tau_env.error import InvalidOptionError, ResultsFolderError
+from tau_env.error import Error, InvalidOptionError, ResultsFolderError
 
 #: The trainer's record in a checkpoint folder.
 INFO_FILE = "tau_env_trainer.json"
@@ -190,7 +190,8 @@ def save_checkpoint(
         **(extra_state or {}),
     }
     torch.save(state, tmp / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)
+    if final.exists():  # the same step saved again: once its readers are done with it
+        _remove_checkpoint(final, wait=True)
     tmp.rename(final)
     (run_dir / "latest.tmp").write_text(final.name + "\n", encoding="utf-8")
     (run_dir / "latest.tmp").replace(run_dir / "latest")
@@ -202,36 +203,55 @@ def save_checkpoint(
 # --- readers of a live run's checkpoints ------------------------------------------------------------------
 # An evaluation (or a trainer starting from --model RUN) reading a checkpoint holds a shared flock on
 # RUN/checkpoints/.read-step-NNNNNN.lock while it reads; pruning takes it exclusively, without waiting,
-# and keeps a checkpoint somebody is reading (a later save prunes it). The lock lies beside the
-# checkpoint, not in it: its files, and so its digest, stay what the trainer wrote.
+# and keeps a checkpoint somebody is reading (a later save prunes it); a save that replaces a checkpoint
+# of the same step waits for its readers. The lock lies beside the checkpoint, not in it: its files,
+# and so its digest, stay what the trainer wrote. Both sides open it read-only (flock needs no more),
+# so a lock another user made serves them too.
 
 
 def _reader_lock(checkpoint: Path) -> Path | None:
-    """The reader lock of a run's checkpoint (None for a checkpoint outside a run's ``checkpoints/``)."""
-    if checkpoint.parent.name != "checkpoints" or not checkpoint.name.startswith("step-"):
+    """The reader lock of a run's checkpoint (None for a checkpoint outside a run's ``checkpoints/``),
+    named from its real path: the same lock whichever relative path or link leads to it.
+    """
+    real = Path(os.path.realpath(checkpoint))
+    if real.parent.name != "checkpoints" or not real.name.startswith("step-"):
         return None
-    return checkpoint.parent / f".read-{checkpoint.name}.lock"
+    return real.parent / f".read-{real.name}.lock"
 
 
-def _prune(old: Path) -> None:
-    """Delete an old checkpoint unless a reader holds it."""
-    from tau_env.harness.results import fcntl, open_own
+def _open_lock(lock: Path) -> int:
+    from tau_env.harness.results import open_own
 
-    lock = _reader_lock(old)
+    return open_own(lock, os.O_RDONLY | os.O_CREAT)
+
+
+def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
+    """Delete a checkpoint folder once no reader holds it: ``wait`` for them (a save replacing the same
+    step), or else keep it (pruning: False). True when it was deleted.
+    """
+    from tau_env.harness.results import fcntl
+
+    lock = _reader_lock(path)
     fd = None
     if fcntl is not None and lock is not None:
         try:
-            fd = open_own(lock, os.O_RDWR | os.O_CREAT)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # read now: kept until a later save
-            os.close(fd)
-            return
-        except OSError:  # no lock file can be made here: prune as before
-            if fd is not None:
+            fd = _open_lock(lock)
+        except PermissionError:  # another user's reader made it, and this user may not even read it
+            if not wait:
+                return False
+        except (OSError, Error):  # no lock file can be made, or something else has its name: unguarded
+            pass
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # read now: kept until a later save
                 os.close(fd)
-            fd = None
+                return False
+            except OSError:  # a file system without flock: unguarded, as before
+                os.close(fd)
+                fd = None
     try:
-        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
         if fd is not None:
             try:
                 os.unlink(lock)  # while still held: no reader can take it for a folder that is gone
@@ -240,6 +260,12 @@ def _prune(old: Path) -> None:
     finally:
         if fd is not None:
             os.close(fd)
+    return True
+
+
+def _prune(old: Path) -> None:
+    """Delete an old checkpoint unless a reader holds it."""
+    _remove_checkpoint(old, wait=False)
 
 
 class CheckpointLease:
@@ -266,41 +292,62 @@ def hold_checkpoint(path: str | Path, tries: int = 10) -> CheckpointLease:
     """:func:`resolve_checkpoint` ``path`` and hold what it finds against the run's pruning: a live
     run saving with ``--keep-checkpoints 1`` deletes its previous checkpoint at each save, which an
     evaluation of ``RUN`` may be reading. When the checkpoint found is pruned before the hold is
-    taken, the run's newer one is found and held (``tries`` times).
+    taken, the run's newer one is found and held (``tries`` times). Where no lock can be taken (no
+    flock, a folder that takes no file) the checkpoint is read unheld, as before there were locks.
     """
-    from tau_env.harness.results import fcntl, open_own
+    import time
 
-    for _ in range(max(1, tries)):
-        found = resolve_checkpoint(path)
+    from tau_env.harness.results import fcntl
+
+    pruned = ResultsFolderError(
+        f"{path} was deleted by its run's pruning (--keep-checkpoints) as it was opened: pass the run folder to "
+        "take its latest checkpoint, or a checkpoint the run keeps."
+    )
+    named = (Path(path) / INFO_FILE).is_file()  # a checkpoint folder itself, not a run
+    for attempt in range(max(1, tries)):
+        if attempt:
+            time.sleep(min(0.5, 0.02 * 2**attempt))  # a pruner holds the lock for one rmtree
+        try:
+            found = resolve_checkpoint(path)
+        except ResultsFolderError:
+            if attempt and named:
+                raise pruned from None
+            raise
         lock = _reader_lock(found)
         if fcntl is None or lock is None:
             return CheckpointLease(found, None)
         try:
-            fd = open_own(lock, os.O_RDWR | os.O_CREAT)
+            fd = _open_lock(lock)
         except FileNotFoundError:  # its run's checkpoints/ went away (--no-resume): look again
             continue
-        except OSError:  # a folder that takes no file (read-only copy): nothing prunes it either
+        except (OSError, Error):  # read-only, another user's, or not a file: read it unheld
             return CheckpointLease(found, None)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:  # being pruned now: the run's newer checkpoint
             os.close(fd)
             continue
+        except OSError:  # a file system without flock: read it unheld
+            os.close(fd)
+            return CheckpointLease(found, None)
         try:
             held = os.path.samestat(os.fstat(fd), os.lstat(lock)) and (found / INFO_FILE).is_file()
         except FileNotFoundError:
             held = False
         if held:
             return CheckpointLease(found, fd)
-        if not found.exists():  # pruned between finding it and holding it: no lock left for a folder gone
+        if not found.exists():  # pruned between finding it and holding it: its lock goes, if no one else holds it
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 os.unlink(lock)
             except OSError:
                 pass
         os.close(fd)
+    if named:
+        raise pruned
     raise ResultsFolderError(
-        f"{path}: its checkpoints were deleted as fast as they were found ({tries} tries); pass one "
-        "checkpoint folder (RUN/checkpoints/step-N) or run with a larger --keep-checkpoints."
+        f"{path}: each checkpoint found was deleted before it could be read ({tries} tries); pass one the "
+        "run keeps (RUN/checkpoints/step-N), or run it with a larger --keep-checkpoints."
     )
 
 
@@ -539,9 +586,8 @@ def starting_model(model: str | Path, family: str = "", device: str = "cpu") -> 
     """
     from tau_env.reference_trainers.cpu_common import chat_template_for, tokenizer_family
 
-    found = find_checkpoint(model)
-    if found is not None:
-        base = load_checkpoint(found, device=device)
+    if find_checkpoint(model) is not None:
+        base = load_checkpoint(model, device=device)  # the path given, held (a live run's latest may move on)
         return base.model, base.tokenizer, family or base.info["family"], base.chat_template
     net, tokenizer = load_model(model, device=device)
     family = family or tokenizer_family(tokenizer)

@@ -45,6 +45,7 @@ import tau_env.reference_trainers._train_extra  # noqa: F401  (first: one line w
 import torch
 from tau_env.reference_trainers.checkpoint import (
     find_checkpoint,
+    hold_checkpoint,
     load_checkpoint,
     open_run_dir,
     read_info,
@@ -429,8 +430,10 @@ def train(cfg: GRPOConfig) -> Path:
 
 def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
     if not cfg.retrieval and cfg.model:  # the prompt and tools the starting checkpoint was trained with
-        found = find_checkpoint(cfg.model)
-        trained = (read_info(found).get("agent") or {}) if found is not None else {}
+        trained = {}
+        if find_checkpoint(cfg.model) is not None:
+            with hold_checkpoint(cfg.model) as lease:  # a live run's latest, held while it is read
+                trained = read_info(lease.path).get("agent") or {}
         if trained.get("retrieval"):
             cfg = dataclasses.replace(cfg, retrieval=str(trained["retrieval"]))
     set_threads(cfg.threads or None)

@@ -215,3 +215,97 @@ def test_eval_of_a_live_run_loads_the_checkpoint_it_found_while_the_run_saves(sf
     assert saved and (run / "checkpoints" / "step-000001").is_dir()  # kept while read
     _save(run, 3, ckpt, keep=1)  # released once loaded: the next save prunes it
     assert _steps(run) == ["step-000003"]
+
+
+def test_the_lock_is_the_same_whatever_path_leads_to_the_checkpoint(sft_run, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    (tmp_path / "link").symlink_to(run / "checkpoints" / "step-000001")
+    monkeypatch.chdir(run / "checkpoints")
+    for given in ("step-000001", ".", "../checkpoints/step-000001", str(tmp_path / "link")):
+        if given == ".":
+            monkeypatch.chdir(run / "checkpoints" / "step-000001")
+        with checkpoint_module.hold_checkpoint(given):
+            _save(run, 2, ckpt, keep=1)
+            assert (run / "checkpoints" / "step-000001" / checkpoint_module.INFO_FILE).is_file(), given
+        monkeypatch.chdir(run / "checkpoints")
+    _save(run, 3, ckpt, keep=1)
+    assert _steps(run) == ["step-000003"]
+
+
+def test_a_step_pruned_as_it_is_opened_is_said_as_such(sft_run, tmp_path, monkeypatch):
+    import time
+
+    from tau_env.error import ResultsFolderError
+    from tau_env.harness.results import fcntl
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    step = run / "checkpoints" / "step-000001"
+    fd = checkpoint_module._open_lock(checkpoint_module._reader_lock(step))
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a pruner at work on it
+    try:
+        with pytest.raises(ResultsFolderError, match="was deleted by its run's pruning") as e:
+            checkpoint_module.hold_checkpoint(step, tries=3)  # it holds the lock through every try
+        assert "pass the run folder" in str(e.value) and "\n" not in str(e.value)
+        monkeypatch.setattr(time, "sleep", lambda s: shutil.rmtree(step, ignore_errors=True))  # it finishes
+        with pytest.raises(ResultsFolderError, match="was deleted by its run's pruning"):
+            checkpoint_module.hold_checkpoint(step, tries=3)
+    finally:
+        os.close(fd)
+
+
+def test_where_no_lock_can_be_taken_the_checkpoint_is_read_unheld_and_pruned_as_before(sft_run, tmp_path, monkeypatch):
+    import errno
+
+    from tau_env.harness.results import fcntl
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    lock = run / "checkpoints" / ".read-step-000001.lock"
+    lock.unlink(missing_ok=True)  # made by the reads above
+    lock.mkdir()  # something else has the lock's name
+    with checkpoint_module.hold_checkpoint(run) as lease:
+        assert lease.path.name == "step-000001" and lease._fd is None
+    _save(run, 2, ckpt, keep=1)  # the save does not fail on it
+    assert [p for p in _steps(run) if p.startswith("step-")] == ["step-000002"]
+
+    def no_locks(fd, op):  # a file system without flock (ENOLCK)
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with checkpoint_module.hold_checkpoint(run) as lease:
+        assert lease.path.name == "step-000002" and lease._fd is None
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) == before  # no descriptor left open
+    _save(run, 3, ckpt, keep=1)
+    assert [p for p in _steps(run) if p.startswith("step-")] == ["step-000003"]
+
+    monkeypatch.undo()
+    monkeypatch.setattr(checkpoint_module, "_open_lock", lambda lock: (_ for _ in ()).throw(PermissionError(13, "no")))
+    with checkpoint_module.hold_checkpoint(run) as lease:  # another user's lock this user cannot open: unheld
+        assert lease._fd is None
+    _save(run, 4, ckpt, keep=1)  # and the pruner keeps what such a reader may hold
+    assert [p for p in _steps(run) if p.startswith("step-")] == ["step-000003", "step-000004"]
+
+
+def test_a_save_of_the_same_step_waits_for_its_readers(sft_run, tmp_path):
+    import threading
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    info = run / "checkpoints" / "step-000001" / checkpoint_module.INFO_FILE
+    lease = checkpoint_module.hold_checkpoint(run)
+    before = info.stat().st_ino
+    saver = threading.Thread(target=_save, args=(run, 1, ckpt, 1))
+    saver.start()
+    saver.join(0.5)
+    assert saver.is_alive() and info.stat().st_ino == before  # still the reader's, whole
+    lease.release()
+    saver.join(60)
+    assert not saver.is_alive() and info.stat().st_ino != before  # replaced once it was let go
+    assert _steps(run) == ["step-000001"]
