@@ -143,8 +143,9 @@ def _llm_user(model: str, base_url: str | None, api_key_env: str, temperature: f
     return LLMUser(client)
 
 
-#: Row tasks already checked in this process (their env id and JSON): a group's G rollouts check once.
-_CHECKED_TASKS: set[tuple[str, str]] = set()
+#: Row tasks already checked in this process (a digest of the env id, its keywords and the task's
+#: JSON): a group's G rollouts check once.
+_CHECKED_TASKS: set[str] = set()
 
 
 def make_env(spec: EpisodeSpec) -> tau_env.TauEnv:
@@ -154,6 +155,7 @@ def make_env(spec: EpisodeSpec) -> tau_env.TauEnv:
     hand-made row whose reference actions name a tool the env lacks would otherwise be played and
     graded 0 without a word.
     """
+    import hashlib
     import json
 
     from tau_env.error import TaskFileError
@@ -163,9 +165,11 @@ def make_env(spec: EpisodeSpec) -> tau_env.TauEnv:
     if spec.task is not None:
         task = tau_env.Task.model_validate(spec.task)
         kwargs["tasks"] = [task]
+        kwargs.pop("task_ids", None)  # the env's pool of a task file: the row already is one of them
     env = tau_env.make(spec.env_id, **kwargs)
     if task is not None:
-        key = (spec.env_id, json.dumps(spec.task, sort_keys=True, default=str))
+        what = [spec.env_id, spec.make_kwargs, spec.task]
+        key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
         if key not in _CHECKED_TASKS:
             from tau_env.checker import static_task_problems
 

@@ -77,8 +77,14 @@ def _external_module_failure(e: ImportError) -> str | None:
     """What to say when ``import verl`` failed on a module ``VERL_USE_EXTERNAL_MODULES`` names (veRL
     imports each one as it starts, so a misspelt name reads as veRL missing); None otherwise.
     """
+    import importlib.util
     import os
 
+    try:
+        if importlib.util.find_spec("verl") is None:  # veRL itself is missing, whatever the list says
+            return None
+    except (ImportError, ValueError):
+        return None
     listed = [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m.strip()]
     missing = getattr(e, "name", None) or ""
     for module in listed:

@@ -179,6 +179,21 @@ def test_a_hand_made_row_whose_task_cannot_be_graded_is_refused_not_played(chang
     assert tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id="hand_made_ok").reward == 1.0
 
 
+def test_rows_of_a_task_file_with_a_pool_in_make_kwargs_play_on_the_workers(tmp_path):
+    domain = tau_env.registry.load_domain(ENV_ID)
+    tasks = [domain.task_index[t] for t in (TASK, "lost_card_standard_shipping", "found_card_unlock")]
+    tau_env.save_tasks(tasks, tmp_path / "tasks.jsonl")
+    pool = [TASK, "found_card_unlock"]
+    rows = vd.rl_rows(ENV_ID, tasks=tmp_path / "tasks.jsonl", make_kwargs={"task_ids": pool})
+    assert [r["extra_info"]["task_id"] for r in rows] == pool
+    for row in rows:  # each row embeds its task; the env made for it plays that one
+        spec = vd.episode_spec(row["extra_info"])
+        env = make_env(spec)
+        assert (
+            tau_env.run_episode(env, tau_env.OracleAgent(), tau_env.ScriptedUser(), task_id=spec.task_id).reward == 1.0
+        )
+
+
 def test_episode_spec_names_what_is_missing():
     with pytest.raises(InvalidOptionError, match="extra_info"):
         vd.episode_spec(None)

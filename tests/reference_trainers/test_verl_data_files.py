@@ -144,11 +144,19 @@ def test_the_plugin_check_without_verl_is_one_line():
 
     if importlib.util.find_spec("verl") is not None:
         pytest.skip("veRL is installed here: tests/reference_trainers/test_verl_plugins.py checks the command")
-    done = subprocess.run(
-        [sys.executable, "-m", "tau_env.reference_trainers.verl_plugins"], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
-    assert "error: veRL is not importable here" in done.stderr and "Traceback" not in done.stderr
+    import os
+
+    for modules in (None, "verl.workers.custom", "my_plugins"):  # a module list does not hide that veRL is missing
+        env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_MODULES"}
+        if modules:
+            env["VERL_USE_EXTERNAL_MODULES"] = modules
+        done = subprocess.run(
+            [sys.executable, "-m", "tau_env.reference_trainers.verl_plugins"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+        assert "error: veRL is not importable here" in done.stderr and "Traceback" not in done.stderr
+        assert "VERL_USE_EXTERNAL_MODULES" not in done.stderr
 
 
 def test_an_out_that_cannot_be_written_is_one_line(example, tmp_path, capsys):
