@@ -927,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--max-steps", args.max_steps, 1, 10**5),
         ("--workers", args.workers, 1, 1024),
         ("--max-len", args.max_len, 1, 10**7),
+        ("--threads", args.threads, 0, 10**6),  # capped below at the trainers' own, once torch is here
     ):
         if not low <= value <= high:
             p.error(f"{flag} must be a whole number from {low} to {high}, not {value}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,19 @@ def weight_map(pairs: list[tuple[str, float]] | None) -> dict[str, float] | None
     return out
 
 
+#: ``synth tasks --batch`` of a new run, or of a run that recorded none (the API's default is 200).
+CLI_BATCH = 100
+
+
+def _recorded(out: Path, key: str) -> Any:
+    """A setting the run folder ``out`` recorded in its run.json (None: none, or no readable run.json)."""
+    try:
+        settings = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return settings.get(key) if isinstance(settings, dict) else None
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     _usable(args.out, "--out")
     if args.domain is None and not (args.out / RUN_FILE).is_file():
@@ -198,7 +212,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             data_dir=_data_dir(args),
             llm=llm,
             seed=args.seed,
-            batch=args.batch,
+            batch=args.batch if args.batch is not None or _recorded(args.out, "batch") is not None else CLI_BATCH,
             review=not args.no_review,
             workers=args.workers,
             quiet=args.quiet,

@@ -38,8 +38,8 @@ from tau_env.error import Error, InvalidOptionError
 REGENERATION_BUDGET = 2
 #: Accepted tasks each write tool should reach (fewer when ``n`` is too small for every tool to get it).
 MIN_PER_TOOL = 20
-#: Plans per round of a new ``run_tasks`` run given no ``batch``.
-BATCH = 100
+#: Plans per round of a new ``run_tasks`` run given no ``batch`` (``tau-env synth tasks``: 100).
+BATCH = 200
 #: Rounds in a row that accept nothing before ``run_tasks`` stops short of ``n``.
 STALL_ROUNDS = 3
 #: Failed plans (none passing) after which coverage stops asking for a template's write tools.
@@ -547,6 +547,9 @@ def run_tasks(
         run.settings["batch"] = batch or BATCH
         run.write_json("run.json", run.settings)
     batch = run.settings["batch"]
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        run.close()
+        raise SynthesisError(f"{run.path / 'run.json'}: its batch is {batch!r:.40}, not a positive integer; fix it.")
     pool: ProcessPoolExecutor | None = None
     with run:
         from tau_env.synthesis.run import plan_weights

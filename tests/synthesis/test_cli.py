@@ -87,6 +87,18 @@ def test_graphs_and_tasks_plumbing(calls, tmp_path, capsys):
     assert "yield" in printed and "0.8333" in printed and "problems.replay_error  1" in printed
 
 
+def test_tasks_batch_is_100_for_a_new_run_and_the_runs_own_when_it_continues(calls, tmp_path):
+    out = tmp_path / "run1"
+    argv = ["synth", "tasks", "harbor-bank-v0", "--n", "5", "--out", str(out)]
+    assert main(argv) == 0 and calls[-1][2]["batch"] == 100  # a new run
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"domain": "harbor-bank-v0"}))
+    assert main(argv) == 0 and calls[-1][2]["batch"] == 100  # a run that recorded none: as before
+    (out / "run.json").write_text(json.dumps({"domain": "harbor-bank-v0", "batch": 40}))
+    assert main(argv) == 0 and calls[-1][2]["batch"] is None  # the run's own (40), checked by the pipeline
+    assert main([*argv, "--batch", "7"]) == 0 and calls[-1][2]["batch"] == 7  # given: the pipeline refuses it
+
+
 def test_tasks_with_a_model_builds_a_cached_synth_llm(calls, tmp_path):
     out = tmp_path / "run1"
     argv = ["synth", "tasks", "harbor-bank-v0", "--n", "2", "--out", str(out)]

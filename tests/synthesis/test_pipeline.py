@@ -156,7 +156,12 @@ def test_a_run_records_its_batch_and_continues_only_with_it(tmp_path):
     assert json.loads((out / "run.json").read_text())["batch"] == 5
     new = tmp_path / "new"
     pipeline.run_tasks(new, ENV, n=2)
-    assert json.loads((new / "run.json").read_text())["batch"] == pipeline.BATCH == 100
+    assert json.loads((new / "run.json").read_text())["batch"] == pipeline.BATCH == 200
+    settings = json.loads((new / "run.json").read_text())
+    for bad in ("12", 0, True):  # a hand-edited record: said, not a TypeError in the planner
+        (new / "run.json").write_text(json.dumps({**settings, "batch": bad}))
+        with pytest.raises(SynthesisError, match="run.json: its batch is .*, not a positive integer"):
+            pipeline.run_tasks(new, n=3)
 
 
 # ---------------------------------------------------------------- every model role through a scripted server
