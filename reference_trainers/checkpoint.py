@@ -241,7 +241,7 @@ def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
                 return False
         except (OSError, Error):  # no lock file can be made, or something else has its name: unguarded
             pass
-        if fd is not None:
+        while fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # read now: kept until a later save
@@ -249,6 +249,14 @@ def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
                 return False
             except OSError:  # a file system without flock: unguarded, as before
                 os.close(fd)
+                fd = None
+                break
+            if _is_at(fd, lock):
+                break
+            os.close(fd)  # a reader let go and removed it as this opened it: the lock there now
+            try:
+                fd = _open_lock(lock)
+            except (OSError, Error):
                 fd = None
     try:
         shutil.rmtree(path, ignore_errors=True)
@@ -268,18 +276,36 @@ def _prune(old: Path) -> None:
     _remove_checkpoint(old, wait=False)
 
 
+def _is_at(fd: int, lock: Path) -> bool:
+    """Whether the lock file ``fd`` holds is still the one at ``lock`` (not removed or replaced)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(lock))
+    except OSError:
+        return False
+
+
 class CheckpointLease:
     """A checkpoint held for reading (:func:`hold_checkpoint`): ``path`` is the checkpoint folder;
-    :meth:`release` (or the end of a ``with`` block) lets the run prune it again.
+    :meth:`release` (or the end of a ``with`` block) lets the run prune it again, and removes the lock
+    file when no one else holds it (a run's folder keeps no trace of its readers).
     """
 
-    def __init__(self, path: Path, fd: int | None):
-        self.path, self._fd = path, fd
+    def __init__(self, path: Path, fd: int | None, lock: Path | None = None):
+        self.path, self._fd, self._lock = path, fd, lock
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._fd is None:
+            return
+        from tau_env.harness.results import fcntl
+
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other reader, no pruner
+            if self._lock is not None and _is_at(self._fd, self._lock):
+                os.unlink(self._lock)
+        except OSError:  # another reader holds it too: it stays for them
+            pass
+        os.close(self._fd)
+        self._fd = None
 
     def __enter__(self) -> CheckpointLease:
         return self
@@ -330,12 +356,8 @@ def hold_checkpoint(path: str | Path, tries: int = 10) -> CheckpointLease:
         except OSError:  # a file system without flock: read it unheld
             os.close(fd)
             return CheckpointLease(found, None)
-        try:
-            held = os.path.samestat(os.fstat(fd), os.lstat(lock)) and (found / INFO_FILE).is_file()
-        except FileNotFoundError:
-            held = False
-        if held:
-            return CheckpointLease(found, fd)
+        if _is_at(fd, lock) and (found / INFO_FILE).is_file():
+            return CheckpointLease(found, fd, lock)
         if not found.exists():  # pruned between finding it and holding it: its lock goes, if no one else holds it
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -389,8 +389,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=_int(1),
         default=None,
         help="plans per batch; reflection runs between (default: 100 for a new run, the run's own when "
-        "continuing; a run records its batch and continues only with it, so a stopped run resumed gives the "
-        "tasks an uninterrupted run would)",
+        "continuing, so a stopped run resumed gives the tasks an uninterrupted run would; another batch, say "
+        "for a top-up, is taken with a warning that it plans other tasks)",
     )
     s.add_argument("--no-review", action="store_true", help="skip the LLM reviewer (verification still runs)")
     s.add_argument("--workers", type=_int(1, 64), default=1, help="verification processes, 1 to 64 (default 1)")

@@ -76,8 +76,8 @@ def _open(
 ):
     """The run folder ``out``: created for ``domain_id`` (or resumed if it holds that run), or, with
     ``domain_id`` None, the run already there; a ``seed`` (and with ``same_backend`` the model)
-    given for a run that continues must be the run's own, and so must an ``ids`` style, ``weights``
-    and a ``batch`` (a folder that recorded none takes the one given).
+    given for a run that continues must be the run's own, and so must an ``ids`` style and ``weights``;
+    a new run records its ``batch``.
     """
     from tau_env.synthesis.run import RunFolder, id_style, plan_weights
 
@@ -100,8 +100,6 @@ def _open(
             differ.append(f"ids: {id_style(run.settings)} in the folder, {ids} now")
         if weights is not None and plan_weights(run.settings) != weights:
             differ.append(f"weights: {json.dumps(plan_weights(run.settings))} in the folder, {json.dumps(weights)} now")
-        if batch is not None and run.settings.get("batch") not in (None, batch):
-            differ.append(f"batch: {run.settings['batch']} in the folder, {batch} now")
         if differ:
             run.close()
             raise SynthesisError(
@@ -514,8 +512,9 @@ def run_tasks(
     round, reflection proposes new prompts and plan weights for the next, and the round after that
     decides whether the update stays (its yield did not drop) or is rolled back. A run that is
     stopped goes on from its files: accepted tasks, verdicts and the current reflection version are
-    on disk, and it gives the tasks an uninterrupted run would. The run records its batch: it
-    continues only with its own (another would plan other tasks from the next round on).
+    on disk. The run records its batch, and continues with it when given none: it then gives the
+    tasks an uninterrupted run would. Another batch (a top-up in smaller rounds, say) is taken for
+    this call, with a warning: from the next round on it plans other tasks than the run's own would.
 
     ``weights`` shapes the mix of plans (:mod:`~tau_env.synthesis.planner`'s keys: a template, a
     cell ``template/outcome/failure``, ``outcome:X``, ``failure:Y``, ``failure:-`` for the plain
@@ -546,10 +545,19 @@ def run_tasks(
     if run.settings.get("batch") is None:  # a new run given none, or a folder from before batches were recorded
         run.settings["batch"] = batch or BATCH
         run.write_json("run.json", run.settings)
-    batch = run.settings["batch"]
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    own = run.settings["batch"]
+    if batch is None and (isinstance(own, bool) or not isinstance(own, int) or own < 1):
         run.close()
-        raise SynthesisError(f"{run.path / 'run.json'}: its batch is {batch!r:.40}, not a positive integer; fix it.")
+        raise SynthesisError(
+            f"{run.path / 'run.json'}: its batch is {own!r:.40}, not a positive integer; fix it, or pass --batch."
+        )
+    if batch is not None and batch != own:
+        warnings.warn(
+            f"{run.path}: batch {batch} for this call, the run's own is {own}: the rounds from here plan other "
+            "tasks than an uninterrupted run would.",
+            stacklevel=2,
+        )
+    batch = batch or own
     pool: ProcessPoolExecutor | None = None
     with run:
         from tau_env.synthesis.run import plan_weights

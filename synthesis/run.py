@@ -46,7 +46,7 @@ SETTINGS = "run.json"
 STAGES = "stages.jsonl"
 INDEX = "synth.db"
 #: run.json keys that identify a run: a folder refuses a run that differs on one of them.
-IDENTITY = ("domain", "loader", "seed", "backend", "ids", "weights", "batch")
+IDENTITY = ("domain", "loader", "seed", "backend", "ids", "weights")
 #: Keys of a ``backend`` object that say how to reach the model, not which model it is.
 TRANSPORT = frozenset({"base_url", "api_key_env", "timeout", "retries", "max_concurrency"})
 _SAFE = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -168,9 +168,14 @@ def test_a_checkpoint_being_read_is_kept_by_the_live_runs_pruning(sft_run, tmp_p
     assert _steps(run) == ["step-000003"]
     with checkpoint_module.hold_checkpoint(run / "checkpoints" / "step-000003") as held:
         assert held.path.name == "step-000003"
-    assert _steps(run) == [".read-step-000003.lock", "step-000003"]
-    _save(run, 4, ckpt, keep=1)
-    assert _steps(run) == ["step-000004"]
+        with checkpoint_module.hold_checkpoint(run) as second:  # two readers at once
+            assert second.path == held.path
+        assert _steps(run) == [".read-step-000003.lock", "step-000003"]  # still held by the first
+        _save(run, 4, ckpt, keep=1)
+        assert _steps(run) == [".read-step-000003.lock", "step-000003", "step-000004"]
+    assert _steps(run) == ["step-000003", "step-000004"]  # the last reader removes the lock
+    _save(run, 5, ckpt, keep=1)
+    assert _steps(run) == ["step-000005"]
 
 
 def test_a_checkpoint_pruned_before_it_is_held_gives_the_runs_newer_one(sft_run, tmp_path, monkeypatch):
@@ -190,7 +195,7 @@ def test_a_checkpoint_pruned_before_it_is_held_gives_the_runs_newer_one(sft_run,
     monkeypatch.setattr(checkpoint_module, "resolve_checkpoint", racing)
     with checkpoint_module.hold_checkpoint(run) as lease:
         assert lease.path.name == "step-000002" and calls == ["step-000001", "step-000002"]
-    assert _steps(run) == [".read-step-000002.lock", "step-000002"]
+    assert _steps(run) == ["step-000002"]  # no lock left behind, of the pruned one or of the held one
 
 
 def test_eval_of_a_live_run_loads_the_checkpoint_it_found_while_the_run_saves(sft_run, tmp_path, capsys, monkeypatch):

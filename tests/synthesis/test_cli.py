@@ -96,7 +96,9 @@ def test_tasks_batch_is_100_for_a_new_run_and_the_runs_own_when_it_continues(cal
     assert main(argv) == 0 and calls[-1][2]["batch"] == 100  # a run that recorded none: as before
     (out / "run.json").write_text(json.dumps({"domain": "harbor-bank-v0", "batch": 40}))
     assert main(argv) == 0 and calls[-1][2]["batch"] is None  # the run's own (40), checked by the pipeline
-    assert main([*argv, "--batch", "7"]) == 0 and calls[-1][2]["batch"] == 7  # given: the pipeline refuses it
+    assert (
+        main([*argv, "--batch", "7"]) == 0 and calls[-1][2]["batch"] == 7
+    )  # given: taken, with the pipeline's warning
 
 
 def test_tasks_with_a_model_builds_a_cached_synth_llm(calls, tmp_path):

@@ -131,28 +131,29 @@ def test_a_folder_of_another_run_is_refused_and_graphs_are_reused(tmp_path):
         pipeline.run_tasks(out, ENV, n=0)
 
 
-def test_a_run_records_its_batch_and_continues_only_with_it(tmp_path):
-    """Another batch plans other tasks from the next round on: a resumed run takes its own (none given)
-    and refuses another, so a stopped run resumed gives the tasks an uninterrupted one would."""
+def test_a_run_records_its_batch_and_continues_with_it_unless_given_another(tmp_path):
+    """Another batch plans other tasks from the next round on: a resumed run takes its own when given
+    none, so a stopped run resumed gives the tasks an uninterrupted one would; another is taken (a
+    top-up in smaller rounds) with a warning, and the record stays the run's own."""
     whole = tmp_path / "whole"
     pipeline.run_tasks(whole, ENV, n=24, batch=12, seed=4)
     out = tmp_path / "run"
     pipeline.run_tasks(out, ENV, n=24, batch=12, seed=4, max_rounds=1)  # stopped after its first round
     settings = json.loads((out / "run.json").read_text())
     assert settings["batch"] == 12
-    with pytest.raises(SynthesisError, match="batch: 12 in the folder, 100 now"):
-        pipeline.run_tasks(out, ENV, n=24, batch=100, seed=4)
-    assert json.loads((out / "run.json").read_text()) == settings
-    with pytest.raises(SynthesisError, match="batch: 12 in the folder, 7 now"):
-        pipeline.run_tasks(out, n=24, batch=7)  # the domain taken from the folder: the same check
     assert pipeline.run_tasks(out, n=24)["accepted"] == 24  # none given: the run's own
     assert (out / "tasks.jsonl").read_text() == (whole / "tasks.jsonl").read_text()
     rounds = collections.Counter(p["round"] for p in map(json.loads, (out / "plans.jsonl").read_text().splitlines()))
     assert max(rounds.values()) <= 12
+    with pytest.warns(UserWarning, match="batch 5 for this call, the run's own is 12: the rounds from here plan other"):
+        assert pipeline.run_tasks(out, n=30, batch=5)["accepted"] == 30
+    rounds = collections.Counter(p["round"] for p in map(json.loads, (out / "plans.jsonl").read_text().splitlines()))
+    assert rounds[max(rounds)] <= 5
+    assert json.loads((out / "run.json").read_text()) == settings  # still the run's own
     # a folder from before batches were recorded takes the one given (or the default), and records it
     del settings["batch"]
     (out / "run.json").write_text(json.dumps(settings))
-    pipeline.run_tasks(out, n=25, batch=5)
+    pipeline.run_tasks(out, n=31, batch=5)
     assert json.loads((out / "run.json").read_text())["batch"] == 5
     new = tmp_path / "new"
     pipeline.run_tasks(new, ENV, n=2)
@@ -426,7 +427,7 @@ def test_a_narrower_pass_keeps_the_earlier_ones_guard_on_a_top_up(tmp_path):
         {"task_ids": None, "detectors": None},
         {"task_ids": sorted(by_eval)[:1], "detectors": ["ids"]},
     ]
-    pipeline.run_tasks(full, n=n + 15, batch=30)  # the top-up is checked against both passes
+    pipeline.run_tasks(full, n=n + 15)  # the top-up (the run's own batch) is checked against both passes
     assert len(lines(full / "tasks.jsonl")) == n + 15
     pipeline.run_decontaminate(full, against=ENV)
     again = json.loads((full / "decontamination.json").read_text())
