@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pickle
 import random
@@ -41,6 +42,8 @@ from tau_env.reference_trainers.rollout import FAMILIES
 from tau_env.error import Error, InvalidOptionError, ResultsFolderError
 
 #: The trainer's record in a checkpoint folder.
+log = logging.getLogger(__name__)
+
 INFO_FILE = "tau_env_trainer.json"
 STATE_FILE = "trainer_state.pt"
 FORMAT = 1
@@ -195,8 +198,7 @@ def save_checkpoint(
     tmp.rename(final)
     (run_dir / "latest.tmp").write_text(final.name + "\n", encoding="utf-8")
     (run_dir / "latest.tmp").replace(run_dir / "latest")
-    for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
-        _prune(old)
+    prune_checkpoints(run_dir, keep)
     return final
 
 
@@ -210,11 +212,12 @@ def save_checkpoint(
 
 
 def _reader_lock(checkpoint: Path) -> Path | None:
-    """The reader lock of a run's checkpoint (None for a checkpoint outside a run's ``checkpoints/``),
-    named from its real path: the same lock whichever relative path or link leads to it.
+    """The reader lock of a trainer's checkpoint folder (``step-NNNNNN``; None for another name), beside
+    it in its real folder: the same lock whichever relative path or link leads to it (``checkpoints/``
+    itself may be a link to another disk).
     """
     real = Path(os.path.realpath(checkpoint))
-    if real.parent.name != "checkpoints" or not real.name.startswith("step-"):
+    if not real.name.startswith("step-"):
         return None
     return real.parent / f".read-{real.name}.lock"
 
@@ -243,7 +246,13 @@ def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
             pass
         while fd is not None:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if not wait:
+                        raise
+                    log.warning("%s is being read (an eval or DAgger loading it): waiting for it to be let go", path)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
             except BlockingIOError:  # read now: kept until a later save
                 os.close(fd)
                 return False
@@ -271,9 +280,14 @@ def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
     return True
 
 
-def _prune(old: Path) -> None:
-    """Delete an old checkpoint unless a reader holds it."""
-    _remove_checkpoint(old, wait=False)
+def prune_checkpoints(run_dir: str | Path, keep: int, *, wait: bool = False) -> None:
+    """Delete a run's checkpoints but its newest ``keep`` (0: keep all). A checkpoint a reader holds is
+    kept for a later save, or (``wait``: a run's end, when no later save will come) deleted once it is
+    let go.
+    """
+    root = Path(run_dir) / "checkpoints"
+    for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
+        _remove_checkpoint(old, wait=wait)
 
 
 def _is_at(fd: int, lock: Path) -> bool:
@@ -361,7 +375,8 @@ def hold_checkpoint(path: str | Path, tries: int = 10) -> CheckpointLease:
         if not found.exists():  # pruned between finding it and holding it: its lock goes, if no one else holds it
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.unlink(lock)
+                if _is_at(fd, lock):
+                    os.unlink(lock)
             except OSError:
                 pass
         os.close(fd)
@@ -444,6 +459,9 @@ class RunDir:
         """
         for name in RUN_FILES:
             p = self.path / name
+            if name == "checkpoints" and p.is_dir():  # each once its readers let it go (a link: its target's)
+                for step in sorted(p.glob("step-*")):
+                    _remove_checkpoint(step, wait=True)
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
             elif p.exists() or p.is_symlink():
@@ -484,13 +502,16 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InvalidOptionError(f"--out {out} cannot be made ({why(e)}); pass another --out.") from e
-    lock = FolderLock(
-        out / LOCK_NAME,
-        lambda pid: ResultsFolderError(
-            f"{out} is in use by another run{pid}: one run folder trains one run at a time. Wait for it to "
-            "finish, or pass another --out."
-        ),
-    )
+    try:
+        lock = FolderLock(
+            out / LOCK_NAME,
+            lambda pid: ResultsFolderError(
+                f"{out} is in use by another run{pid}: one run folder trains one run at a time. Wait for it to "
+                "finish, or pass another --out."
+            ),
+        )
+    except OSError as e:  # a read-only file system, an immutable folder
+        raise InvalidOptionError(f"--out {out} cannot be written ({why(e)}); pass another --out.") from e
     run = RunDir(out, lock, None, made)
     try:
         found = find_checkpoint(out) if (out / "checkpoints").is_dir() else None
@@ -547,7 +568,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
     found = find_checkpoint(path)
     if found is not None:
         return found
-    if not Path(path).is_dir():
+    given = Path(path)
+    if not given.is_dir():
+        kept = sorted(c.name for c in given.parent.glob("step-*") if (c / INFO_FILE).is_file())
+        if given.name.startswith("step-") and kept:  # a step its run has pruned (--keep-checkpoints)
+            raise ResultsFolderError(
+                f"{path} is no longer there: its run keeps {', '.join(kept[-3:])} (older ones are deleted as it saves, "
+                "--keep-checkpoints); pass one of those, or the run folder for its latest."
+            )
         raise ResultsFolderError(f"{path} is no folder; pass a trainer run (RUN) or one of its RUN/checkpoints/step-N.")
     from tau_env.harness.results import LOCK_NAME
 

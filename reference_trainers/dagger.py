@@ -347,7 +347,7 @@ def collect(
             ),
         )
         try:
-            return _collect_locked(checkpoint, out, settings, tasks, task_ids, restart, device)
+            return _collect_locked(checkpoint, out, settings, tasks, task_ids, restart, device, lease)
         finally:
             lock.release()
     finally:
@@ -389,6 +389,7 @@ def _collect_locked(
     task_ids: list[str] | None,
     restart: bool,
     device: str,
+    lease: Any = None,
 ) -> dict[str, Any]:
     from tau_env.reference_trainers.checkpoint import checkpoint_policy
 
@@ -428,6 +429,8 @@ def _collect_locked(
         device=device,
         name=f"checkpoint {settings['checkpoint']}",
     )
+    if lease is not None:  # loaded: the run may prune it while the round plays
+        lease.release()
     agent = DaggerAgent(learner, p_learner=settings["p_learner"], seed=settings["seed"], lookup=settings["lookup"])
     agent.log_dir = out / "logs"
     trained = info.get("agent") or {}

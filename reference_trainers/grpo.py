@@ -48,6 +48,7 @@ from tau_env.reference_trainers.checkpoint import (
     hold_checkpoint,
     load_checkpoint,
     open_run_dir,
+    prune_checkpoints,
     read_info,
     restore_rng,
     save_checkpoint,
@@ -620,6 +621,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
     bar.close()
     if last is None or start < cfg.steps:
         last = save(cfg.steps)
+    prune_checkpoints(out, cfg.keep_checkpoints, wait=True)  # what a reader held at the last save goes now
     rows = MetricsLog.read(out / "metrics.jsonl")
     svg_plot(rows, ["reward", "advantage_std", "masked_fraction", "loss"], out / "metrics.svg", "GRPO")
     return last

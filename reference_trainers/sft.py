@@ -33,6 +33,7 @@ import torch
 from tau_env.reference_trainers.checkpoint import (
     load_checkpoint,
     open_run_dir,
+    prune_checkpoints,
     restore_rng,
     save_checkpoint,
     starting_model,
@@ -388,6 +389,7 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     bar.close()
     if last is None or start < total:
         last = save(total)
+    prune_checkpoints(out, cfg.keep_checkpoints, wait=True)  # what a reader held at the last save goes now
     svg_plot(MetricsLog.read(out / "metrics.jsonl"), ["loss", "grad_norm", "tokens_per_s"], out / "metrics.svg", "SFT")
     return last
 

@@ -368,21 +368,30 @@ def test_a_round_holds_the_checkpoint_it_plays_against_the_live_runs_pruning(tmp
         save_checkpoint(run, step, model=loaded.model, tokenizer=loaded.tokenizer, chat_template=loaded.chat_template,
                         trainer="sft", config=i["config"], family=i["family"], agent=i["agent"], keep=1)  # fmt: skip
 
+    from tau_env.reference_trainers import checkpoint as checkpoint_module
+
+    real_policy, loads = checkpoint_module.checkpoint_policy, []
+
+    def save_then_load(path, **kw):  # the run saves between the round's digest and its load
+        save(1)
+        loads.append(ckpt.is_dir())  # held: not pruned under the load
+        return real_policy(path, **kw)
+
     real, seen = dagger.DaggerAgent._aact, []
 
     async def saving(self, obs):
         if not seen:
-            save(1)
+            save(2)  # loaded: the round lets it go, the run prunes it
         seen.append(ckpt.is_dir())
         return await real(self, obs)
 
+    monkeypatch.setattr(checkpoint_module, "checkpoint_policy", save_then_load)
     monkeypatch.setattr(dagger.DaggerAgent, "_aact", saving)
     summary = dagger.collect(run, tmp_path / "round", task_ids=[TASK], p_learner=1.0, max_steps=4)
-    assert seen and all(seen)  # step 0 stayed while the round played it
-    assert summary["checkpoint_path"] == str(ckpt.resolve()) and find_checkpoint(run).name == "step-000001"
+    assert loads == [True] and seen and not any(seen)
+    assert summary["checkpoint_path"] == str(ckpt.resolve()) and find_checkpoint(run).name == "step-000002"
     assert json.loads(next((tmp_path / "round").rglob("config.json")).read_text())["dagger"]["checkpoint"] == digest
-    save(2)  # the round is over: pruned
-    assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == ["step-000002"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002"]  # no lock left either
 
 
 def test_a_round_cut_short_goes_on_where_it_stopped_and_gives_what_one_run_gives(tmp_path, monkeypatch):

@@ -314,3 +314,75 @@ def test_a_save_of_the_same_step_waits_for_its_readers(sft_run, tmp_path):
     saver.join(60)
     assert not saver.is_alive() and info.stat().st_ino != before  # replaced once it was let go
     assert _steps(run) == ["step-000001"]
+
+
+def test_a_checkpoints_folder_that_is_a_link_to_another_disk_is_guarded_too(sft_run, tmp_path):
+    run, store = tmp_path / "run", tmp_path / "elsewhere"
+    shutil.copytree(sft_run[0], run)
+    (run / "checkpoints").rename(store)
+    (run / "checkpoints").symlink_to(store)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    for given in (run, store / "step-000001"):
+        with checkpoint_module.hold_checkpoint(given) as lease:
+            _save(run, 2, ckpt, keep=1)
+            assert (lease.path / checkpoint_module.INFO_FILE).is_file()
+        _save(run, 3, ckpt, keep=1)
+        assert sorted(p.name for p in store.iterdir()) == ["step-000003"]
+        shutil.copytree(sft_run[0] / "checkpoints" / "step-000001", store / "step-000001")
+        (run / "latest").write_text("step-000001\n")
+        shutil.rmtree(store / "step-000003")
+
+
+def test_what_a_reader_held_at_the_last_save_or_at_no_resume_goes_once_it_is_let_go(sft_run, tmp_path, caplog):
+    import threading
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    lease = checkpoint_module.hold_checkpoint(run)
+    _save(run, 2, ckpt, keep=1)  # the run's last save: step 1 is held, kept
+    assert _steps(run) == [".read-step-000001.lock", "step-000001", "step-000002"]
+    end = threading.Thread(target=checkpoint_module.prune_checkpoints, args=(run, 1), kwargs={"wait": True})
+    end.start()  # the trainer's end: waits for the reader, says so
+    end.join(0.5)
+    assert end.is_alive() and (run / "checkpoints" / "step-000001").is_dir()
+    assert any("step-000001 is being read" in r.getMessage() for r in caplog.records)
+    lease.release()
+    end.join(60)
+    assert not end.is_alive() and _steps(run) == ["step-000002"]
+
+    lease = checkpoint_module.hold_checkpoint(run)  # --no-resume while an eval loads step 2
+    folder = checkpoint_module.open_run_dir(run, "sft", resume=False)
+    clear = threading.Thread(target=folder.clear)
+    clear.start()
+    clear.join(0.5)
+    assert clear.is_alive() and (run / "checkpoints" / "step-000002" / checkpoint_module.INFO_FILE).is_file()
+    lease.release()
+    clear.join(60)
+    folder.close()
+    assert not clear.is_alive() and not (run / "checkpoints").exists() and not (run / "latest").exists()
+
+
+def test_a_step_its_run_pruned_already_is_said_with_the_ones_it_keeps(sft_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    _save(run, 2, ckpt, keep=1)
+    capsys.readouterr()
+    code, err = _eval(capsys, "--agent-checkpoint", str(run / "checkpoints" / "step-000001"), *ARGS)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "step-000001 is no longer there: its run keeps step-000002" in err and "--keep-checkpoints" in err
+
+
+def test_a_run_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from tau_env.error import InvalidOptionError
+    from tau_env.harness import results
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(results, "FolderLock", read_only)
+    with pytest.raises(InvalidOptionError, match="--out .* cannot be written \\(OSError: .*Read-only file system\\)"):
+        checkpoint_module.open_run_dir(tmp_path / "run", "sft")
