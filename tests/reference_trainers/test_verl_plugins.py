@@ -319,6 +319,26 @@ def test_hq_gives_veRLs_config_any_value_without_an_interpolation_as_written(val
 _LAUNCHERS = ["launch/grpo_single_node.sh", "launch/grpo_ray_cluster.sh", "launch/sft_single_node.sh", "gpu_smoke.sh"]
 
 
+def _launcher_env(tmp_path, **more):
+    """What a launcher needs to get past its checks, with a stub Python that marks ``launched``."""
+    import os
+
+    launched = tmp_path / "launched"
+    stub = tmp_path / "python"
+    stub.write_text(f"#!/usr/bin/env bash\ntouch '{launched}'\n")
+    stub.chmod(0o755)
+    env = {
+        **os.environ,
+        "MODEL": str(tmp_path / "m"),
+        "TRAIN": str(tmp_path / "t.parquet"),
+        "RAY_ADDRESS": "http://127.0.0.1:1",
+        "NNODES": "1",
+        "PYTHON": str(stub),
+        **more,
+    }
+    return env, launched
+
+
 _READS = {  # what each launcher needs beyond the GPU count
     "launch/grpo_single_node.sh": ("MODEL", "TRAIN"),
     "launch/grpo_ray_cluster.sh": ("MODEL", "TRAIN", "NNODES", "RAY_ADDRESS"),
@@ -342,20 +362,7 @@ def test_a_launcher_says_a_missing_or_bad_variable_in_one_line_before_it_starts(
     import os
     import subprocess
 
-    launched = tmp_path / "launched"
-    stub = tmp_path / "python"
-    stub.write_text(f"#!/usr/bin/env bash\ntouch '{launched}'\n")
-    stub.chmod(0o755)
-    env = {
-        **os.environ,
-        "MODEL": str(tmp_path / "m"),
-        "TRAIN": str(tmp_path / "t.parquet"),
-        "RAY_ADDRESS": "http://127.0.0.1:1",
-        "NNODES": "1",
-        "PYTHON": str(stub),
-        "PATH": f"{tmp_path}:{os.environ['PATH']}",
-        "WORK": str(tmp_path / "work"),
-    }
+    env, launched = _launcher_env(tmp_path, PATH=f"{tmp_path}:{os.environ['PATH']}", WORK=str(tmp_path / "work"))
     env.pop("GPUS", None)
     for key, value in change.items():
         if value is None:
@@ -372,22 +379,9 @@ def test_a_launcher_says_a_missing_or_bad_variable_in_one_line_before_it_starts(
 @pytest.mark.parametrize("var", ["MODEL", "TRAIN", "VAL"])
 def test_a_launcher_refuses_a_path_veRL_would_read_as_an_interpolation(script, var, tmp_path):
     """veRL resolves its config (OmegaConf.resolve) before reading it: no quoting keeps '${' as text."""
-    import os
     import subprocess
 
-    launched = tmp_path / "launched"
-    stub = tmp_path / "python"
-    stub.write_text(f"#!/usr/bin/env bash\ntouch '{launched}'\n")
-    stub.chmod(0o755)
-    env = {
-        **os.environ,
-        "MODEL": str(tmp_path / "m"),
-        "TRAIN": str(tmp_path / "t.parquet"),
-        "RAY_ADDRESS": "http://127.0.0.1:1",
-        "NNODES": "1",
-        "PYTHON": str(stub),
-        var: str(tmp_path / "run ${oc.env:HOME}" / "x"),
-    }
+    env, launched = _launcher_env(tmp_path, **{var: str(tmp_path / "run ${oc.env:HOME}" / "x")})
     done = subprocess.run(["bash", str(CONFIGS.parent / "launch" / script)], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and not launched.exists()
     assert f"{script}: {var}=" in done.stderr and "interpolation" in done.stderr
