@@ -462,6 +462,13 @@ class RunDir:
             if name == "checkpoints" and p.is_dir():  # each once its readers let it go (a link: its target's)
                 for step in sorted(p.glob("step-*")):
                     _remove_checkpoint(step, wait=True)
+                if p.is_symlink():  # checkpoints kept on another disk: emptied there, the link kept
+                    for child in p.iterdir():
+                        if child.is_dir() and not child.is_symlink():
+                            shutil.rmtree(child)
+                        else:
+                            child.unlink()
+                    continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
             elif p.exists() or p.is_symlink():
@@ -558,7 +565,10 @@ def find_checkpoint(path: str | Path) -> Path | None:
         return path
     found = latest_checkpoint(path)
     if found is None and (path / "checkpoints").is_dir():
-        complete = sorted(c for c in (path / "checkpoints").glob("step-*") if (c / INFO_FILE).is_file())
+        try:
+            complete = sorted(c for c in (path / "checkpoints").glob("step-*") if (c / INFO_FILE).is_file())
+        except OSError:  # deleted as it was listed (a --no-resume at work): none there
+            complete = []
         found = complete[-1] if complete else None
     return found
 

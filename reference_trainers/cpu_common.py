@@ -776,6 +776,8 @@ class MetricsLog:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:  # a run whose log was deleted (or never written): no rows
+            return []
         except UnicodeDecodeError as e:
             raise ResultsFolderError(
                 f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); pass another --out."

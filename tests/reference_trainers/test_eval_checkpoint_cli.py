@@ -386,3 +386,50 @@ def test_a_run_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "FolderLock", read_only)
     with pytest.raises(InvalidOptionError, match="--out .* cannot be written \\(OSError: .*Read-only file system\\)"):
         checkpoint_module.open_run_dir(tmp_path / "run", "sft")
+
+
+def test_no_resume_empties_a_linked_checkpoints_folder_and_keeps_the_link(sft_run, tmp_path):
+    run, store = tmp_path / "run", tmp_path / "elsewhere"
+    shutil.copytree(sft_run[0], run)
+    (run / "checkpoints").rename(store)
+    (run / "checkpoints").symlink_to(store)
+    (store / "notes.txt").write_text("x")
+    folder = checkpoint_module.open_run_dir(run, "sft", resume=False)
+    folder.clear()
+    folder.close()
+    assert (run / "checkpoints").is_symlink() and store.is_dir() and list(store.iterdir()) == []
+
+
+def test_a_run_listed_as_it_is_deleted_has_no_checkpoint_not_an_os_error(sft_run, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from tau_env.error import ResultsFolderError
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    (run / "latest").unlink()
+
+    def gone(self, pattern):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    monkeypatch.setattr(Path, "glob", gone)
+    assert checkpoint_module.find_checkpoint(run) is None
+    with pytest.raises(ResultsFolderError, match="no complete checkpoint yet"):
+        checkpoint_module.hold_checkpoint(run)
+
+
+def test_a_finished_run_whose_metrics_log_is_gone_resumes_without_a_traceback(sft_run, tmp_path):
+    from tau_env.reference_trainers import sft
+    from tau_env.reference_trainers.cpu_common import MetricsLog, svg_plot
+
+    assert MetricsLog.read(tmp_path / "none.jsonl") == []
+    assert svg_plot([], ["loss"], tmp_path / "empty.svg", "SFT").is_file()
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    (run / "metrics.jsonl").unlink()
+    model = json.loads((run / "checkpoints" / "step-000001" / checkpoint_module.INFO_FILE).read_text())["config"]
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(sft.SFTConfig)}
+    cfg = sft.SFTConfig(**{**{k: v for k, v in model.items() if k in names}, "out": str(run), "progress": False})
+    assert sft.train(cfg).name == "step-000001"
