@@ -72,12 +72,10 @@ def _open(
     same_backend: bool = False,
     ids: str | None = None,
     weights: dict[str, float] | None = None,
-    batch: int | None = None,
 ):
     """The run folder ``out``: created for ``domain_id`` (or resumed if it holds that run), or, with
     ``domain_id`` None, the run already there; a ``seed`` (and with ``same_backend`` the model)
-    given for a run that continues must be the run's own, and so must an ``ids`` style and ``weights``;
-    a new run records its ``batch``.
+    given for a run that continues must be the run's own, and so must an ``ids`` style and ``weights``.
     """
     from tau_env.synthesis.run import RunFolder, id_style, plan_weights
 
@@ -130,7 +128,6 @@ def _open(
         "quiet": quiet,
         "ids": ids,
         "weights": weights,
-        "batch": batch,
     }
     from tau_env.synthesis.run import _Lock
 
@@ -540,7 +537,7 @@ def run_tasks(
         recorded = (folder / "run.json").read_bytes()  # what a refused weight must not change
     except OSError:
         recorded = None
-    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids, weights=weights, batch=batch)
+    run = _open(out, domain_id, data_dir, llm, seed, quiet, same_backend=True, ids=ids, weights=weights)
     seed = run.settings.get("seed", 0)  # the run's own, when it continues
     if run.settings.get("batch") is None:  # a new run given none, or a folder from before batches were recorded
         run.settings["batch"] = batch or BATCH

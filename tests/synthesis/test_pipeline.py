@@ -149,11 +149,13 @@ def test_a_run_records_its_batch_and_continues_with_it_unless_given_another(tmp_
         assert pipeline.run_tasks(out, n=30, batch=5)["accepted"] == 30
     rounds = collections.Counter(p["round"] for p in map(json.loads, (out / "plans.jsonl").read_text().splitlines()))
     assert rounds[max(rounds)] <= 5
+    with pytest.warns(UserWarning, match="batch 6 for this call, the run's own is 12"):
+        pipeline.run_tasks(out, ENV, n=31, batch=6, seed=4)  # the domain given: the same
     assert json.loads((out / "run.json").read_text()) == settings  # still the run's own
     # a folder from before batches were recorded takes the one given (or the default), and records it
     del settings["batch"]
     (out / "run.json").write_text(json.dumps(settings))
-    pipeline.run_tasks(out, n=31, batch=5)
+    pipeline.run_tasks(out, n=32, batch=5)
     assert json.loads((out / "run.json").read_text())["batch"] == 5
     new = tmp_path / "new"
     pipeline.run_tasks(new, ENV, n=2)
