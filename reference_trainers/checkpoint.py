@@ -41,9 +41,9 @@ from tau_env.reference_trainers.rollout import FAMILIES
 
 from tau_env.error import Error, InvalidOptionError, ResultsFolderError
 
-#: The trainer's record in a checkpoint folder.
 log = logging.getLogger(__name__)
 
+#: The trainer's record in a checkpoint folder.
 INFO_FILE = "tau_env_trainer.json"
 STATE_FILE = "trainer_state.pt"
 FORMAT = 1
@@ -245,18 +245,14 @@ def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
         except (OSError, Error):  # no lock file can be made, or something else has its name: unguarded
             pass
         while fd is not None:
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if not wait:
-                        raise
-                    log.warning("%s is being read (an eval or DAgger loading it): waiting for it to be let go", path)
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-            except BlockingIOError:  # read now: kept until a later save
+            held = _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if held is None and wait:
+                log.warning("%s is being read (an eval or DAgger loading it): waiting for it to be let go", path)
+                held = _flock(fd, fcntl.LOCK_EX)
+            if held is None:  # read now: kept until a later save
                 os.close(fd)
                 return False
-            except OSError:  # a file system without flock: unguarded, as before
+            if not held:  # a file system without flock: unguarded, as before
                 os.close(fd)
                 fd = None
                 break
@@ -288,6 +284,21 @@ def prune_checkpoints(run_dir: str | Path, keep: int, *, wait: bool = False) -> 
     root = Path(run_dir) / "checkpoints"
     for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
         _remove_checkpoint(old, wait=wait)
+
+
+def _flock(fd: int, op: int) -> bool | None:
+    """``flock(fd, op)``: True when taken, None when another holds it (``LOCK_NB``), False on a file
+    system that has no flock.
+    """
+    from tau_env.harness.results import fcntl
+
+    try:
+        fcntl.flock(fd, op)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return False
+    return True
 
 
 def _is_at(fd: int, lock: Path) -> bool:

@@ -171,15 +171,15 @@ def make_env(spec: EpisodeSpec) -> tau_env.TauEnv:
         what = [spec.env_id, spec.make_kwargs, spec.task]
         key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
         if key not in _CHECKED_TASKS:
-            from tau_env.checker import static_task_problems
+            from tau_env.checker import first_problem, static_task_problems
 
             problems = static_task_problems(env.domain, task)
             if problems:
                 env.close()
-                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise TaskFileError(
                     f"The RL row of task {task.id!r} ({spec.env_id}) embeds a task that cannot be played or graded: "
-                    f"{problems[0]}{more} Rebuild the rows with `python -m tau_env.reference_trainers.verl_data rl`."
+                    f"{first_problem(problems)} Rebuild the rows with "
+                    "`python -m tau_env.reference_trainers.verl_data rl`."
                 )
             _CHECKED_TASKS.add(key)
     return env

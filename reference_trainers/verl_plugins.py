@@ -99,16 +99,15 @@ def _external_module_failure(e: ImportError) -> str | None:
 try:
     from verl.trainer.ppo import core_algos
 except ImportError as e:  # the start-up command run where veRL is not installed: one line, not a traceback
-    _why = _external_module_failure(e) or f"veRL is not importable here ({e})"
+    _misnamed = _external_module_failure(e)
     if __name__ == "__main__":
         import sys
 
+        _why = _misnamed or f"veRL is not importable here ({e})"
         sys.stderr.write(f"python -m tau_env.reference_trainers.verl_plugins: error: {one_line(_why)}\n")
         raise SystemExit(2) from None
-    if _external_module_failure(e):
-        raise DependencyNotInstalled(_why) from e
     raise DependencyNotInstalled(
-        f"tau_env's veRL plugin needs veRL (pip install 'verl==0.9.1' in its own venv): {e}"
+        _misnamed or f"tau_env's veRL plugin needs veRL (pip install 'verl==0.9.1' in its own venv): {e}"
     ) from e
 
 ESTIMATOR = "tau_loo"

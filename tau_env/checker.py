@@ -97,6 +97,12 @@ def static_task_problems(domain: Domain, task: Task, db: EpisodeDB | None = None
     return problems
 
 
+def first_problem(problems: Sequence[str]) -> str:
+    """The first of ``problems`` and how many more there are, for a one-line refusal."""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{problems[0]}{more}"
+
+
 def task_problems(domain: Domain, task: Task, play: bool = True) -> list[str]:
     """Every contract ``task`` breaks, as readable sentences (empty when it passes)."""
     problems = static_task_problems(domain, task)

@@ -151,7 +151,7 @@ class Domain:
             setattr(new, name, {})
         new.grader = Grader(new)
         if path is not None:  # a user's file: refused on what cannot run (a list is the caller's own to check)
-            from tau_env.checker import static_task_problems
+            from tau_env.checker import first_problem, static_task_problems
             from tau_env.db import EpisodeDB
 
             scratch = EpisodeDB(new.schema)  # each task's initial state over the seed, rolled back
@@ -159,9 +159,8 @@ class Domain:
                 for t in tasks:
                     problems = static_task_problems(new, t, scratch)
                     if problems:
-                        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
                         raise TaskFileError(
-                            f"{path}: task {t.id!r}: {problems[0]}{more} `tau-env check ENV_ID --tasks {path}` "
+                            f"{path}: task {t.id!r}: {first_problem(problems)} `tau-env check ENV_ID --tasks {path}` "
                             "lists every problem."
                         )
             finally:
