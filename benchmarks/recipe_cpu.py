@@ -136,7 +136,8 @@ def route(records: list[dict[str, Any]], references: dict[str, list[dict[str, An
     episodes whose reference has that step (the decline of a limit unlocks nothing).
     ``rewarded_with_error``: of the rewarded episodes (reward 1), those where a tool call of the agent
     failed; the reward grades the database alone, so a task whose right outcome is no change (a
-    decline) also pays an episode whose write was refused."""
+    decline) also pays an episode whose write was refused. ``out_of_steps``: the episodes that ended
+    on the step budget (``--max-steps``; reward 0), of all."""
     counts = {k: [0, 0] for k in ("identity_verified", "tool_unlocked", "last_call_named", "last_call_exact")}
     shares = []
     rewarded = [r for r in records if r.get("reward") == 1.0]
@@ -173,6 +174,10 @@ def route(records: list[dict[str, Any]], references: dict[str, list[dict[str, An
         **{k: {"episodes": n, "of": d} for k, (n, d) in counts.items()},
         "reference_calls_made": sum(shares) / len(shares) if shares else None,
         "rewarded_with_error": {"episodes": with_error, "of": len(rewarded)},
+        "out_of_steps": {
+            "episodes": sum(r.get("termination_reason") == "max_steps" for r in records),
+            "of": len(records),
+        },
     }
 
 
@@ -297,7 +302,7 @@ def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
         print(f"{name:<12} {r['pass@1']:>7.3f} {se:>6} {se_ep:>6} {r['episodes']:>8} {r['seconds']:>7.0f}")
     print(
         f"{'stage':<12} {'verified':>9} {'unlocked':>9} {'last named':>10} {'last exact':>10} {'ref. calls':>10}"
-        f" {'won, error':>10}"
+        f" {'won, error':>10} {'out of steps':>12}"
     )
     for name, r in rows:
         rt = r.get("route") or {}
@@ -307,9 +312,13 @@ def print_stages(rows: list[tuple[str, dict[str, Any]]]) -> None:
         ]
         share = rt.get("reference_calls_made")
         cells.append("-" if share is None else f"{share:.2f}")
-        won = rt.get("rewarded_with_error")
-        cells.append(f"{won['episodes']}/{won['of']}" if won else "-")
-        print(f"{name:<12} {cells[0]:>9} {cells[1]:>9} {cells[2]:>10} {cells[3]:>10} {cells[4]:>10} {cells[5]:>10}")
+        for key in ("rewarded_with_error", "out_of_steps"):
+            n = rt.get(key)
+            cells.append(f"{n['episodes']}/{n['of']}" if n else "-")
+        print(
+            f"{name:<12} {cells[0]:>9} {cells[1]:>9} {cells[2]:>10} {cells[3]:>10} {cells[4]:>10} {cells[5]:>10}"
+            f" {cells[6]:>12}"
+        )
 
 
 def run_workers(folder: Path, cmds: list[tuple[int, list[str]]], what: str, *, single_thread: bool) -> None:
@@ -909,6 +918,13 @@ def main(argv: list[str] | None = None) -> int:
         help="where the trainers and evaluations run the model: auto (a GPU when torch sees one, else the CPU), "
         "cpu, cuda[:N]; on a GPU raise --workers (each evaluation process holds a copy of the 135M model)",
     )
+    p.add_argument(
+        "--stop-after",
+        choices=("sft", "dagger", "grpo"),
+        default="grpo",
+        help="the last stage run and evaluated: sft (no DAgger, no GRPO), dagger (no GRPO; DAgger only with "
+        "--dagger N), grpo (all)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     for flag, value, low, high in (
@@ -1111,7 +1127,7 @@ def run(args: argparse.Namespace, model_dir: Path, tmp: Any) -> int:
     # -- DAgger: the teacher's turns in the states the SFT checkpoint reaches itself, then more SFT on them
     after_dagger: dict[str, Any] | None = None
     dagger_stats: dict[str, Any] | None = None
-    if args.dagger:
+    if args.dagger and args.stop_after != "sft":
         mix, dagger_stats = dagger_data(out, sft_ckpt, synth, pool, data, args)
         t = time.perf_counter()
         n_mix = sum(1 for x in mix.read_text(encoding="utf-8").splitlines() if x.strip())
@@ -1147,44 +1163,48 @@ def run(args: argparse.Namespace, model_dir: Path, tmp: Any) -> int:
 
     # -- GRPO on those tasks, from the last SFT checkpoint
     # one GRPO folder per SFT checkpoint: a rerun with more SFT steps must not resume a GRPO run from the old one
+    after_grpo: dict[str, Any] | None = None
+    grpo_rows: list[dict[str, Any]] = []
     grpo_dir = out / f"grpo_from_{'dagger_' if args.dagger else ''}{sft_ckpt.name}"
-    t = time.perf_counter()
-    grpo_ckpt = grpo.train(
-        grpo.GRPOConfig(
-            model=str(sft_ckpt),
-            out=str(grpo_dir),
-            tasks=str(synth / "tasks.jsonl"),
-            task_ids=pool,
-            retrieval=args.retrieval,
-            max_steps=args.max_steps,
-            steps=args.grpo_steps,
-            tasks_per_step=args.grpo_tasks,
-            group_size=args.grpo_group,
-            max_new_tokens=args.max_new_tokens,
-            max_context=args.max_len,
-            micro_batch=max(1, args.micro_batch // 2),  # episodes run longer than SFT examples
-            lr=args.grpo_lr,
-            prefix_grad=args.prefix_grad,
-            lora_layers=args.lora_layers,
-            save_every=1,
-            seed=args.seed,
-            device=args.device,
-            progress=not args.quick,
+    if args.stop_after == "grpo":
+        t = time.perf_counter()
+        grpo_ckpt = grpo.train(
+            grpo.GRPOConfig(
+                model=str(sft_ckpt),
+                out=str(grpo_dir),
+                tasks=str(synth / "tasks.jsonl"),
+                task_ids=pool,
+                retrieval=args.retrieval,
+                max_steps=args.max_steps,
+                steps=args.grpo_steps,
+                tasks_per_step=args.grpo_tasks,
+                group_size=args.grpo_group,
+                max_new_tokens=args.max_new_tokens,
+                max_context=args.max_len,
+                micro_batch=max(1, args.micro_batch // 2),  # episodes run longer than SFT examples
+                lr=args.grpo_lr,
+                prefix_grad=args.prefix_grad,
+                lora_layers=args.lora_layers,
+                save_every=1,
+                seed=args.seed,
+                device=args.device,
+                progress=not args.quick,
+            )
         )
-    )
-    timings["grpo_s"] = time.perf_counter() - t
-    after_grpo = evaluate(grpo_ckpt, grpo_dir.with_name(f"eval_{grpo_dir.name}_{grpo_ckpt.name}"), args, heldout)
-    forced["after_grpo"] = teacher_forced(grpo_ckpt, forced_examples, args.device)
-    if args.indist:
-        folder = grpo_dir.with_name(f"eval_indist_{grpo_dir.name}_{grpo_ckpt.name}")
-        indist["after_grpo"] = evaluate(grpo_ckpt, folder, args, indist_ids, indist_file)
-    grpo_rows = [json.loads(x) for x in (grpo_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        timings["grpo_s"] = time.perf_counter() - t
+        after_grpo = evaluate(grpo_ckpt, grpo_dir.with_name(f"eval_{grpo_dir.name}_{grpo_ckpt.name}"), args, heldout)
+        forced["after_grpo"] = teacher_forced(grpo_ckpt, forced_examples, args.device)
+        if args.indist:
+            folder = grpo_dir.with_name(f"eval_indist_{grpo_dir.name}_{grpo_ckpt.name}")
+            indist["after_grpo"] = evaluate(grpo_ckpt, folder, args, indist_ids, indist_file)
+        grpo_rows = [json.loads(x) for x in (grpo_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     sft_rows = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
     rows = [("before", before), ("after SFT", after_sft)]
     if after_dagger is not None:
         rows.append(("after DAgger", after_dagger))
-    rows.append(("after GRPO", after_grpo))
+    if after_grpo is not None:
+        rows.append(("after GRPO", after_grpo))
     print(f"held-out Harbor Bank tasks: {len(heldout)} x {args.trials} trials (retrieval {args.retrieval})")
     print_stages(rows)
     print(f"teacher-forced on the teacher's episodes of the held-out tasks ({len(forced_examples)}): greedy turns")
@@ -1210,7 +1230,10 @@ def run(args: argparse.Namespace, model_dir: Path, tmp: Any) -> int:
         )
         print_stages([(name, indist[key]) for name, key in stages if key in indist])
     print(f"SFT loss: {sft_rows[0]['loss']:.3f} -> {sft_rows[-1]['loss']:.3f} over {len(sft_rows)} steps")
-    print("GRPO reward per step: " + ", ".join(f"{r['reward']:.2f}" for r in grpo_rows))
+    if after_grpo is not None:
+        print("GRPO reward per step: " + ", ".join(f"{r['reward']:.2f}" for r in grpo_rows))
+    else:
+        print(f"stopped after {args.stop_after} (--stop-after): no GRPO")
     # the SFT stage ends after DAgger when it runs (both are supervised, on the teacher's turns)
     sft_end = after_dagger if after_dagger is not None else after_sft
     rise = sft_end["pass@1"] - before["pass@1"]
@@ -1257,7 +1280,7 @@ def run(args: argparse.Namespace, model_dir: Path, tmp: Any) -> int:
         "cpus": os.cpu_count(),
         "plots": [str(out / "sft" / "metrics.svg")]
         + ([str(sft_ckpt.parents[1] / "metrics.svg")] if args.dagger else [])
-        + [str(grpo_dir / "metrics.svg")],
+        + ([str(grpo_dir / "metrics.svg")] if after_grpo is not None else []),
         "out": str(out.resolve()),
     }
     if tmp is not None:  # its folder goes when the script exits: name nothing in it

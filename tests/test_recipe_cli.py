@@ -120,3 +120,22 @@ def test_a_failed_stage_says_its_reason_not_only_where_its_log_is(tmp_path):
     ]
     with pytest.raises(InfrastructureError, match=r"evaluation failed \(exit 2\): tau-env: --agent-temperature must"):
         recipe.run_workers(tmp_path, [(0, cmd)], "evaluation", single_thread=True)
+
+
+def test_stop_after_sft_runs_no_dagger_and_no_grpo(tmp_path, capsys):
+    # a real --quick run (tiny random model, ~1 min): the SFT stage is evaluated, then the report
+    out = tmp_path / "q"
+    assert recipe.main(["--quick", "--out", str(out), "--stop-after", "sft", "--dagger", "2"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(printed.strip().splitlines()[-1])
+    assert result["after_sft"]["episodes"] >= 1 and "out_of_steps" in result["after_sft"]["route"]
+    assert result["after_grpo"] is None and result["after_dagger"] is None and result["grpo_reward"] == []
+    assert "stopped after sft (--stop-after): no GRPO" in printed and "after GRPO" not in printed
+    assert not list(out.glob("grpo_from_*")) and not list(out.glob("dagger*"))
+    assert (out / "sft" / "metrics.jsonl").is_file()
+
+
+def test_stop_after_is_one_of_the_stages(capsys):
+    with pytest.raises(SystemExit) as e:
+        recipe.main(["--quick", "--stop-after", "rl"])
+    assert e.value.code == 2 and "--stop-after: invalid choice: 'rl'" in capsys.readouterr().err

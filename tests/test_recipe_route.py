@@ -342,3 +342,12 @@ def test_first_turn_is_a_prefix_ending_at_the_first_trained_agent_turn(turns):
     cut = recipe.first_turn(ex)
     assert cut["messages"] == ex["messages"][: firsts[0] + 1] and cut["train"] == ex["train"][: firsts[0] + 1]
     assert cut["task_id"] == "t"
+
+
+def test_out_of_steps_counts_the_episodes_that_ended_on_the_budget():
+    spent = {**episode("t", ("list_cards", {})), "termination_reason": "max_steps"}
+    stopped = {**episode("t", ("list_cards", {})), "termination_reason": "user_stop"}
+    unknown = episode("elsewhere")  # no reference, no reason recorded: counted in the total only
+    r = recipe.route([spent, stopped, spent, unknown], REF)
+    assert r["out_of_steps"] == {"episodes": 2, "of": 4}
+    assert recipe.route([], REF)["out_of_steps"] == {"episodes": 0, "of": 0}
