@@ -24,6 +24,7 @@ import os
 import pickle
 import random
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,9 +229,58 @@ def _open_lock(lock: Path) -> int:
     return open_own(lock, os.O_RDONLY | os.O_CREAT)
 
 
-def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
-    """Delete a checkpoint folder once no reader holds it: ``wait`` for them (a save replacing the same
-    step), or else keep it (pruning: False). True when it was deleted.
+#: How long a run's end waits for the readers of a checkpoint it would prune (an evaluation loading a
+#: large model takes minutes) before it leaves that checkpoint where it is, with a warning.
+END_WAIT_S = 600.0
+
+
+def _lock_holders(lock: Path) -> list[int]:
+    """The pids holding a lock on ``lock``, from Linux's ``/proc/locks`` (best effort: none elsewhere)."""
+    try:
+        st = os.stat(lock)
+        lines = Path("/proc/locks").read_text(encoding="ascii", errors="replace").splitlines()
+    except OSError:
+        return []
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    for line in lines:
+        fields = line.split()
+        at = next((i for i, f in enumerate(fields) if f.count(":") == 2), None)  # MAJ:MIN:INODE
+        if at is not None and fields[at] == ident and fields[at - 1].isdigit():
+            pids.append(int(fields[at - 1]))
+    return sorted(set(pids))
+
+
+def _wait_for_readers(fd: int, path: Path, lock: Path, wait: bool | float) -> bool | None:
+    """``flock(fd, LOCK_EX)`` for :func:`_remove_checkpoint`, taken at once, or after its readers let go:
+    without end (``wait`` True) or for at most ``wait`` seconds. Says once in the log that it waits, and
+    for whom. None when it is still held (not waited for, or not let go in time).
+    """
+    from tau_env.harness.results import fcntl
+
+    held = _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if held is not None or wait is False:
+        return held
+    pids = _lock_holders(lock)
+    who = f" (held by pid {', '.join(map(str, pids))})" if pids else ""
+    limit = "" if wait is True else f" for up to {wait:g} s"
+    log.warning("%s is being read (an eval or DAgger loading it)%s: waiting%s for it to be let go", path, who, limit)
+    if wait is True:
+        return _flock(fd, fcntl.LOCK_EX)
+    deadline = time.monotonic() + float(wait)
+    while time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        held = _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if held is not None:
+            return held
+    log.warning("%s is still being read%s after %g s: kept; delete it once its reader is done", path, who, wait)
+    return None
+
+
+def _remove_checkpoint(path: Path, *, wait: bool | float) -> bool:
+    """Delete a checkpoint folder once no reader holds it: ``wait`` for them (True: a save replacing the
+    same step; seconds: a run's end, which then keeps it), or else keep it (pruning: False). True when
+    it was deleted.
     """
     from tau_env.harness.results import fcntl
 
@@ -245,10 +295,7 @@ def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
         except (OSError, Error):  # no lock file can be made, or something else has its name: unguarded
             pass
         while fd is not None:
-            held = _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if held is None and wait:
-                log.warning("%s is being read (an eval or DAgger loading it): waiting for it to be let go", path)
-                held = _flock(fd, fcntl.LOCK_EX)
+            held = _wait_for_readers(fd, path, lock, wait)
             if held is None:  # read now: kept until a later save
                 os.close(fd)
                 return False
@@ -276,10 +323,10 @@ def _remove_checkpoint(path: Path, *, wait: bool) -> bool:
     return True
 
 
-def prune_checkpoints(run_dir: str | Path, keep: int, *, wait: bool = False) -> None:
+def prune_checkpoints(run_dir: str | Path, keep: int, *, wait: bool | float = False) -> None:
     """Delete a run's checkpoints but its newest ``keep`` (0: keep all). A checkpoint a reader holds is
     kept for a later save, or (``wait``: a run's end, when no later save will come) deleted once it is
-    let go.
+    let go: True waits as long as that takes, a number of seconds at most that long (then it is kept).
     """
     root = Path(run_dir) / "checkpoints"
     for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:

@@ -44,6 +44,7 @@ from typing import Any
 import tau_env.reference_trainers._train_extra  # noqa: F401  (first: one line without torch)
 import torch
 from tau_env.reference_trainers.checkpoint import (
+    END_WAIT_S,
     find_checkpoint,
     hold_checkpoint,
     load_checkpoint,
@@ -621,7 +622,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
     bar.close()
     if last is None or start < cfg.steps:
         last = save(cfg.steps)
-    prune_checkpoints(out, cfg.keep_checkpoints, wait=True)  # what a reader held at the last save goes now
+    prune_checkpoints(out, cfg.keep_checkpoints, wait=END_WAIT_S)  # what a reader held at the last save goes now
     rows = MetricsLog.read(out / "metrics.jsonl")
     svg_plot(rows, ["reward", "advantage_std", "masked_fraction", "loss"], out / "metrics.svg", "GRPO")
     return last

@@ -31,6 +31,7 @@ from typing import Any
 import tau_env.reference_trainers._train_extra  # noqa: F401  (first: one line without torch)
 import torch
 from tau_env.reference_trainers.checkpoint import (
+    END_WAIT_S,
     load_checkpoint,
     open_run_dir,
     prune_checkpoints,
@@ -389,7 +390,7 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     bar.close()
     if last is None or start < total:
         last = save(total)
-    prune_checkpoints(out, cfg.keep_checkpoints, wait=True)  # what a reader held at the last save goes now
+    prune_checkpoints(out, cfg.keep_checkpoints, wait=END_WAIT_S)  # what a reader held at the last save goes now
     svg_plot(MetricsLog.read(out / "metrics.jsonl"), ["loss", "grad_norm", "tokens_per_s"], out / "metrics.svg", "SFT")
     return last
 

@@ -363,6 +363,40 @@ def test_what_a_reader_held_at_the_last_save_or_at_no_resume_goes_once_it_is_let
     assert not clear.is_alive() and not (run / "checkpoints").exists() and not (run / "latest").exists()
 
 
+def test_a_runs_end_waits_for_a_stuck_reader_a_bounded_time_and_names_it(sft_run, tmp_path, caplog):
+    # a reader in another process that never lets go (stopped, hung): the run's end names its pid, waits
+    # at most the time given, then leaves the checkpoint where it is instead of hanging
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = checkpoint_module.load_checkpoint(run)
+    code = (
+        "import sys, time; from tau_env.reference_trainers.checkpoint import hold_checkpoint; "
+        "lease = hold_checkpoint(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+    )
+    reader = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "held"
+        _save(run, 2, ckpt, keep=1)
+        started = time.monotonic()
+        checkpoint_module.prune_checkpoints(run, 1, wait=0.5)
+        assert time.monotonic() - started < 30
+        assert _steps(run) == [".read-step-000001.lock", "step-000001", "step-000002"]
+        said = " ".join(r.getMessage() for r in caplog.records)
+        if os.path.exists("/proc/locks"):
+            assert f"held by pid {reader.pid}" in said
+        assert "waiting for up to 0.5 s" in said and "still being read" in said and "kept" in said
+    finally:
+        reader.kill()
+        reader.wait()
+    caplog.clear()
+    checkpoint_module.prune_checkpoints(run, 1, wait=0.5)  # the reader gone: no wait, no word
+    assert _steps(run) == ["step-000002"] and not caplog.records
+
+
 def test_a_step_its_run_pruned_already_is_said_with_the_ones_it_keeps(sft_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(sft_run[0], run)
