@@ -40,9 +40,12 @@ small step budget per episode.
     python benchmarks/recipe_cpu.py [--model ~/.cache/tau_env_e2e/smollm2] [--out runs/recipe_cpu] [--quick]
 
 Resumable: rerun the same command and finished stages (synthesis, evaluations, checkpoints) are
-reused (the timings printed are the rerun's). Prints a table, then one JSON line. ``--quick``: a
-tiny random model built here, tiny sizes, about a minute on 2 cores (a smoke run of every stage;
-its numbers mean nothing), in a temporary folder unless ``--out`` is given.
+reused (the timings printed are the rerun's); the evaluations' settings (``--max-steps``, ...) are in
+their folders' names, so a rerun with others evaluates the same checkpoints again beside the first.
+``--stop-after sft`` (or ``dagger``) ends the run after that stage's evaluation, with the same report.
+Prints a table (the route line counts the episodes that ran out of ``--max-steps``), then one JSON
+line. ``--quick``: a tiny random model built here, tiny sizes, about a minute on 2 cores (a smoke
+run of every stage; its numbers mean nothing), in a temporary folder unless ``--out`` is given.
 """
 
 from __future__ import annotations
