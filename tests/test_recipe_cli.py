@@ -139,3 +139,14 @@ def test_stop_after_is_one_of_the_stages(capsys):
     with pytest.raises(SystemExit) as e:
         recipe.main(["--quick", "--stop-after", "rl"])
     assert e.value.code == 2 and "--stop-after: invalid choice: 'rl'" in capsys.readouterr().err
+
+
+def test_stop_after_dagger_runs_dagger_and_no_grpo(tmp_path, capsys):
+    out = tmp_path / "q"
+    assert recipe.main(["--quick", "--out", str(out), "--stop-after", "dagger", "--dagger", "2"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(printed.strip().splitlines()[-1])
+    assert result["after_dagger"]["episodes"] >= 1 and result["dagger"] is not None
+    assert result["after_grpo"] is None and result["grpo_reward"] == []
+    assert "after DAgger" in printed and "stopped after dagger (--stop-after): no GRPO" in printed
+    assert list(out.glob("sft_dagger_from_*")) and not list(out.glob("grpo_from_*"))
