@@ -925,8 +925,8 @@ def main(argv: list[str] | None = None) -> int:
         "--stop-after",
         choices=("sft", "dagger", "grpo"),
         default="grpo",
-        help="the last stage run and evaluated: sft (no DAgger, no GRPO), dagger (no GRPO; DAgger only with "
-        "--dagger N), grpo (all)",
+        help="the last stage run and evaluated: sft (no DAgger, no GRPO), dagger (no GRPO; needs --dagger N), "
+        "grpo (all)",
     )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -973,6 +973,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sft-shipped must be 0 (off) or a number of copies up to 100, not {args.sft_shipped}")
     if not 0 <= args.dagger <= 10_000:
         p.error(f"--dagger must be 0 (off) or a number of tasks up to 10000, not {args.dagger}")
+    if args.stop_after == "dagger" and not args.dagger:
+        p.error("--stop-after dagger needs --dagger N (a DAgger round to stop after); use --stop-after sft without it")
     if not 0.0 <= args.dagger_p <= 1.0:
         p.error(f"--dagger-p must be a probability in [0, 1], not {args.dagger_p}")
     if args.dagger_steps < 0:
@@ -1236,7 +1238,8 @@ def run(args: argparse.Namespace, model_dir: Path, tmp: Any) -> int:
     if after_grpo is not None:
         print("GRPO reward per step: " + ", ".join(f"{r['reward']:.2f}" for r in grpo_rows))
     else:
-        print(f"stopped after {args.stop_after} (--stop-after): no GRPO")
+        skipped = "no DAgger, no GRPO" if args.dagger and after_dagger is None else "no GRPO"
+        print(f"stopped after {args.stop_after} (--stop-after): {skipped}")
     # the SFT stage ends after DAgger when it runs (both are supervised, on the teacher's turns)
     sft_end = after_dagger if after_dagger is not None else after_sft
     rise = sft_end["pass@1"] - before["pass@1"]

@@ -130,7 +130,7 @@ def test_stop_after_sft_runs_no_dagger_and_no_grpo(tmp_path, capsys):
     result = json.loads(printed.strip().splitlines()[-1])
     assert result["after_sft"]["episodes"] >= 1 and "out_of_steps" in result["after_sft"]["route"]
     assert result["after_grpo"] is None and result["after_dagger"] is None and result["grpo_reward"] == []
-    assert "stopped after sft (--stop-after): no GRPO" in printed and "after GRPO" not in printed
+    assert "stopped after sft (--stop-after): no DAgger, no GRPO" in printed and "after GRPO" not in printed
     assert not list(out.glob("grpo_from_*")) and not list(out.glob("dagger*"))
     assert (out / "sft" / "metrics.jsonl").is_file()
 
@@ -139,6 +139,12 @@ def test_stop_after_is_one_of_the_stages(capsys):
     with pytest.raises(SystemExit) as e:
         recipe.main(["--quick", "--stop-after", "rl"])
     assert e.value.code == 2 and "--stop-after: invalid choice: 'rl'" in capsys.readouterr().err
+
+
+def test_stop_after_dagger_without_a_dagger_round_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        recipe.main(["--quick", "--stop-after", "dagger"])
+    assert e.value.code == 2 and "--stop-after dagger needs --dagger N" in capsys.readouterr().err
 
 
 def test_stop_after_dagger_runs_dagger_and_no_grpo(tmp_path, capsys):
