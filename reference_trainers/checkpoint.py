@@ -509,24 +509,63 @@ class RunDir:
 
     def __init__(self, path: Path, lock: Any, latest: Path | None, made: list[Path]):
         self.path, self.lock, self.latest, self._made = path, lock, latest, made
+        # the lock of the checkpoints folder itself (see hold_checkpoints), and whether this run made it
+        self.checkpoints_lock: Any = None
+        self._made_checkpoints = False
+
+    def hold_checkpoints(self) -> None:
+        """Make ``checkpoints/`` and lock it as :func:`open_run_dir` locks ``--out``. ``checkpoints``
+        may be a link to a folder on another disk: two runs whose links lead to one folder would
+        save, prune and clear each other's steps, with both ``--out`` locks held. Refused here.
+        """
+        from tau_env.harness.results import LOCK_NAME, FolderLock
+
+        root = self.path / "checkpoints"
+        if root.is_symlink() and not root.is_dir():
+            raise InvalidOptionError(
+                f"{root} is a link to {os.readlink(root)}, which is no folder; make that folder, or remove the link."
+            )
+        self._made_checkpoints = not root.exists()
+        try:
+            root.mkdir(exist_ok=True)
+        except OSError as e:
+            raise InvalidOptionError(f"{root} cannot be made ({why(e)}); pass another --out.") from e
+        where = f" ({root.resolve()})" if root.is_symlink() else ""
+        try:
+            self.checkpoints_lock = FolderLock(
+                root / LOCK_NAME,
+                lambda pid: ResultsFolderError(
+                    f"{root}{where} is in use by another run{pid}: its checkpoints folder is that run's too (a link "
+                    "leads both there). One checkpoints folder serves one run at a time: pass another --out, or "
+                    "link checkpoints/ elsewhere."
+                ),
+            )
+        except OSError as e:
+            raise InvalidOptionError(f"{root}{where} cannot be written ({why(e)}); pass another --out.") from e
 
     def clear(self) -> None:
         """Delete the run in the folder (``--no-resume``, once the new run's inputs have loaded): its
         ``latest`` marker first, so a new run killed before its first checkpoint leaves no pointer to
         the old one.
         """
+        from tau_env.harness.results import LOCK_NAME
+
         for name in RUN_FILES:
             p = self.path / name
             if name == "checkpoints" and p.is_dir():  # each once its readers let it go (a link: its target's)
                 for step in sorted(p.glob("step-*")):
                     _remove_checkpoint(step, wait=True)
-                if p.is_symlink():  # checkpoints kept on another disk: emptied there, the link kept
-                    for child in p.iterdir():
-                        if child.is_dir() and not child.is_symlink():
-                            shutil.rmtree(child)
-                        else:
-                            child.unlink()
-                    continue
+                # emptied, the folder (or the link to another disk) and this run's lock of it kept; the
+                # folder (not a link) goes at close() if this run saves nothing in it, as its steps went
+                self._made_checkpoints = self._made_checkpoints or not p.is_symlink()
+                for child in p.iterdir():
+                    if child.name == LOCK_NAME:
+                        continue
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+                continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
             elif p.exists() or p.is_symlink():
@@ -534,6 +573,14 @@ class RunDir:
         self.latest = None
 
     def close(self) -> None:
+        if self.checkpoints_lock is not None:
+            self.checkpoints_lock.release()
+            self.checkpoints_lock = None
+            if self._made_checkpoints:
+                try:
+                    (self.path / "checkpoints").rmdir()  # only when empty: a run that saved nothing
+                except OSError:
+                    pass
         self.lock.release()
         for p in self._made:  # deepest first
             try:
@@ -592,6 +639,7 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
                     f"{out} holds a {made_by} run ({found.name}); {trainer} continues only its own runs: pass "
                     f"another --out (and --model {out} to start from it)."
                 )
+        run.hold_checkpoints()
     except BaseException:
         run.close()
         raise

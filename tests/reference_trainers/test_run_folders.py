@@ -99,6 +99,63 @@ def test_a_folder_in_use_is_refused(tiny_and_data, tmp_path):
     sft.train(_cfg(model, data, out, steps=1))  # released: it runs
 
 
+def test_two_runs_whose_checkpoints_links_lead_to_one_folder_are_refused(tiny_and_data, tmp_path):
+    # checkpoints/ kept on another disk through a link: a second run linked to the same folder would
+    # save, prune and clear the first one's steps while both --out locks are held
+    model, data = tiny_and_data
+    store = tmp_path / "disk" / "ckpts"
+    store.mkdir(parents=True)
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        out.mkdir()
+        (out / "checkpoints").symlink_to(store)
+    held = open_run_dir(first, "sft")
+    try:
+        with pytest.raises(ResultsFolderError, match=r"b/checkpoints \(.*ckpts\) is in use by another run \(process"):
+            sft.train(_cfg(model, data, second))
+        assert list(store.iterdir()) == [store / ".tau_env.lock"] and not (second / "metrics.jsonl").exists()
+    finally:
+        held.close()
+    assert list(store.iterdir()) == [] and (first / "checkpoints").is_symlink()  # released, the link kept
+    sft.train(_cfg(model, data, second, steps=2))
+    # the same folder reached the other way round: a run there now refuses a run through the link
+    shutil.rmtree(second / "checkpoints", ignore_errors=True)
+    (second / "checkpoints").unlink(missing_ok=True)
+    (second / "checkpoints").symlink_to(first / "checkpoints")
+    (first / "checkpoints").unlink()
+    shutil.copytree(store, first / "checkpoints")
+    held = open_run_dir(first, "sft")
+    try:
+        with pytest.raises(ResultsFolderError, match="is in use by another run"):
+            open_run_dir(second, "sft")
+    finally:
+        held.close()
+    # --no-resume empties the folder but keeps the running run's lock of it: a third run is still refused
+    third = tmp_path / "c"
+    third.mkdir()
+    (third / "checkpoints").symlink_to(store)
+    held = open_run_dir(first, "sft", resume=False)
+    try:
+        held.clear()
+        assert [p.name for p in (first / "checkpoints").iterdir()] == [".tau_env.lock"]
+        (third / "checkpoints").unlink()
+        (third / "checkpoints").symlink_to(first / "checkpoints")
+        with pytest.raises(ResultsFolderError, match="is in use by another run"):
+            open_run_dir(third, "sft")
+    finally:
+        held.close()
+
+
+def test_a_checkpoints_link_to_nowhere_is_said(tiny_and_data, tmp_path):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoints").symlink_to(tmp_path / "unmounted" / "ckpts")
+    with pytest.raises(InvalidOptionError, match=r"checkpoints is a link to .*unmounted/ckpts, which is no folder"):
+        sft.train(_cfg(model, data, out))
+    assert not (out / ".tau_env.lock").exists() and (out / "checkpoints").is_symlink()
+
+
 def test_no_resume_starts_over_only_once_the_new_inputs_have_loaded(tiny_and_data, tmp_path):
     model, data = tiny_and_data
     out = tmp_path / "run"
