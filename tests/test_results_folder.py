@@ -836,3 +836,35 @@ def test_a_refused_resume_names_the_nested_setting_that_differs(old, edits):
         path = phrase.split(": ", 1)[0]
         assert at(_identity(old), path) != at(_identity(new), path)
         assert not (isinstance(at(_identity(old), path), dict) and isinstance(at(_identity(new), path), dict))
+
+
+@pytest.mark.parametrize(
+    "content, named",
+    [
+        (b'{"model_type": "llama", "vocab_size": 300}', "a model's (model_type)"),
+        (b'{"name": "my-project", "version": 3}', "not a results record"),
+        (b"[1, 2]", "not a results record"),
+        (b"\xff not json", "not a results record"),
+    ],
+)
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_folder_whose_config_json_is_someone_elses_is_refused_and_left_as_it_was(tmp_path, content, named, resume):
+    # e.g. --out at a model folder: the run's record replaced the model's config.json, and --restart
+    # (resume=False) must not make the folder ours either
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "config.json").write_bytes(content)
+    (out / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(ResultsFolderError, match=re.escape(f"holds a config.json that is {named}, not tau_env's")):
+        run(out, resume=resume)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert (out / "config.json").read_bytes() == content
+
+
+def test_a_folder_of_ours_is_still_ours_after_a_rerun_and_a_restart(tmp_path):
+    out = tmp_path / "run"
+    key = ("pass@1", "episodes", "per_task")
+    first = {k: run(out).metrics[k] for k in key}
+    assert first["episodes"] == len(PLAN)
+    assert {k: run(out).metrics[k] for k in key} == first
+    assert {k: run(out, resume=False).metrics[k] for k in key} == first

@@ -471,6 +471,7 @@ class ResultsFolder:
             self.dir.mkdir(parents=True, exist_ok=True)
             check_own_files(self.dir)  # before anything is written: no link, FIFO or device in our place
             self._lock = _lock(self.dir)
+            self._check_not_foreign()
             path = self.dir / TRAJECTORIES
             data = read_own(path) if resume and path.exists() else b""
             if data.strip():
@@ -487,6 +488,29 @@ class ResultsFolder:
         except BaseException:
             self.close()
             raise
+
+    def _check_not_foreign(self) -> None:
+        """Refuse a folder whose ``config.json`` is someone else's (a model's, a trainer checkpoint's, a
+        project's): writing the run's record there destroys it, and --restart does not make it ours.
+        A record this package wrote, or a damaged one beside episodes, is ours.
+        """
+        path = self.dir / "config.json"
+        if not path.is_file():
+            return
+        try:
+            data = json.loads(read_own(path))
+        except (OSError, ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict):
+            if "tau_env_version" in data or {"resumed_episodes", "skipped_records"} <= data.keys():
+                return  # the harness's record, or one this class wrote (it adds those two to any config)
+        elif (self.dir / TRAJECTORIES).exists():
+            return  # a damaged record of ours: _check_settings says so, --restart rewrites it
+        what = "a model's (model_type)" if isinstance(data, dict) and "model_type" in data else "not a results record"
+        raise ResultsFolderError(
+            f"{self.dir} holds a config.json that is {what}, not tau_env's: writing results there would replace it. "
+            "Pass another --out (out_dir)."
+        )
 
     def _check_settings(self, config: dict[str, Any]) -> None:
         try:

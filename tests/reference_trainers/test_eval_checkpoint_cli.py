@@ -467,3 +467,28 @@ def test_a_finished_run_whose_metrics_log_is_gone_resumes_without_a_traceback(sf
     names = {f.name for f in dataclasses.fields(sft.SFTConfig)}
     cfg = sft.SFTConfig(**{**{k: v for k, v in model.items() if k in names}, "out": str(run), "progress": False})
     assert sft.train(cfg).name == "step-000001"
+
+
+@pytest.mark.parametrize("where", ["step", "inside", "checkpoints", "model"])
+def test_results_are_never_written_into_the_checkpoint_or_a_model_folder(sft_run, tmp_path, capsys, where):
+    # the results' config.json over the model's made the checkpoint unloadable (a hostile user's report)
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    step = run / "checkpoints" / "step-000001"
+    before = {p.name: p.read_bytes() for p in step.iterdir()}
+    other = tmp_path / "other_model"  # a model folder that is not the one evaluated
+    shutil.copytree(step, other)
+    out = {"step": step, "inside": step / "results", "checkpoints": run / "checkpoints", "model": other}[where]
+    code, err = _eval(capsys, "--agent-checkpoint", str(run), *ARGS, "--out", str(out))
+    assert code == 2 and "Traceback" not in err and "another --out" in err
+    named = {
+        "step": "is the checkpoint being evaluated",
+        "inside": "is inside the checkpoint being evaluated",
+        "checkpoints": "is the checkpoints folder of the run being evaluated",
+        "model": "holds a config.json that is a model's (model_type), not tau_env's",
+    }[where]
+    assert named in err
+    assert {p.name: p.read_bytes() for p in step.iterdir()} == before
+    assert json.loads((other / "config.json").read_text())["model_type"]
+    assert not (other / "trajectories.jsonl").exists()
+    assert checkpoint_module.load_checkpoint(run).info["step"] == 1
