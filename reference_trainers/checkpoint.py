@@ -723,8 +723,12 @@ def load_checkpoint(path: str | Path, *, for_training: bool = False, device: str
 
 
 def _load_checkpoint(path: Path, for_training: bool, device: str) -> Checkpoint:
+    from tau_env.reference_trainers.rollout import check_chat_template
+
     info = read_info(path)
     model, tokenizer = load_model(path, device=device)
+    # the template every rollout and evaluation renders with: damaged, it is said here, before any is written
+    check_chat_template(tokenizer, tokenizer.chat_template, f"{path} (chat_template.jinja)")
     state: dict[str, Any] = {}
     if for_training:
         try:

@@ -142,6 +142,12 @@ def load_model(path: str | Path, *, dtype: str = "float32", device: str = "cpu")
             f"{path}: its weights do not load ({why(e)}); its weight files (model.safetensors) are missing or "
             "damaged: copy the folder again or pick another."
         ) from e
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:  # ids past the embedding: an IndexError at the first prompt that holds one
+        raise InvalidOptionError(
+            f"{path}: its tokenizer has {len(tokenizer)} tokens but its model embeds only {rows}: the tokenizer and "
+            "the weights are two models'; copy the folder again or pick another."
+        )
     return model.to(target), tokenizer
 
 

@@ -101,13 +101,60 @@ def _render(
     chat_template: str | None,
     add_generation_prompt: bool,
 ) -> str:
-    return tokenizer.apply_chat_template(
-        messages,
-        tools=tools or None,
-        chat_template=chat_template,
-        tokenize=False,
-        add_generation_prompt=add_generation_prompt,
-    )
+    try:
+        return tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            chat_template=chat_template,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+    except (MemoryError, KeyboardInterrupt, RecursionError):
+        raise
+    except Exception as e:  # jinja2's syntax and undefined errors, a template's raise_exception(...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise RolloutError(
+            f"The chat template does not render this conversation ({type(e).__name__}: {first[:200]}); it is "
+            "damaged or expects other messages: use the template the model was trained with."
+        ) from e
+
+
+#: A conversation of every kind of message a rollout renders (the agent's text and tool calls, a tool
+#: result, the user), with one tool: what :func:`check_chat_template` renders.
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_card",
+        "description": "Look up a card.",
+        "parameters": {"type": "object", "properties": {"card_id": {"type": "string"}}, "required": ["card_id"]},
+    },
+}
+_PROBE = [
+    {"role": "system", "content": "You are the bank's agent."},
+    {"role": "assistant", "content": "Hello, how can I help?"},
+    {"role": "user", "content": "My card 4410 is lost."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "get_card", "arguments": {"card_id": "4410"}}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_0", "name": "get_card", "content": '{"status": "active"}'},
+    {"role": "assistant", "content": "I see it."},
+    {"role": "user", "content": "Thanks."},
+]
+
+
+def check_chat_template(tokenizer: Any, chat_template: str | None, where: str) -> None:
+    """Refuse, before anything runs, a chat template that does not render a conversation of every kind
+    of message a rollout holds (``where`` names whose template it is in the error).
+    """
+    try:
+        for end in (3, len(_PROBE)):
+            _render(tokenizer, _PROBE[:end], [_PROBE_TOOL], chat_template, True)
+    except RolloutError as e:
+        raise RolloutError(f"{where}: {e}") from e
 
 
 class TrajectoryBuilder:

@@ -44,6 +44,10 @@ DAMAGES = {
     "records cut short": (INFO_FILE, b'{"step": '),
     "records not UTF-8": (INFO_FILE, b"\xff\xfe\x00{}"),
     "records a list": (INFO_FILE, b"[1, 2]"),
+    # a template that does not parse, and one that parses but fails on a message (a raw jinja2 traceback
+    # in the middle of the first episode, after the results folder was made)
+    "template cut short": ("chat_template.jinja", b"{% for m in messages %}{{ m.content }}{% endfor"),
+    "template fails to render": ("chat_template.jinja", b"{% for m in messages %}{{ m.nope.x }}{% endfor %}"),
 }
 
 
@@ -70,6 +74,25 @@ def test_eval_names_the_damaged_checkpoint_in_one_line_and_writes_nothing(sft_ru
     assert err[-1].startswith(f"tau-env: {ckpt}") and ("damaged" in err[-1] or "missing" in err[-1])
     assert DAMAGES[damage][0] in err[-1] or "tokenizer" in err[-1]  # which file
     assert not out.exists()
+
+
+def test_a_tokenizer_larger_than_the_models_embedding_is_refused_when_it_loads(sft_run, tmp_path, capsys):
+    # a checkpoint put together from two models: ids past the embedding were an IndexError mid-episode
+    from tau_env.reference_trainers.cpu_common import build_tiny_model
+
+    from tau_env.cli import main
+
+    ckpt = _copy(sft_run[0], tmp_path / "run")
+    small = build_tiny_model(tmp_path / "small", ["card lost found unlock"] * 20, vocab_size=120)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(small / name, ckpt / name)
+    out = tmp_path / "eval"
+    code = main(["eval", "--agent-checkpoint", str(ckpt), "--task", "found_card_unlock", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "Traceback" not in "\n".join(err) and not out.exists()
+    assert err[-1].startswith(f"tau-env: {ckpt}: its tokenizer has ") and "but its model embeds only" in err[-1]
+    with pytest.raises(InvalidOptionError, match="the tokenizer and the weights are two models'"):
+        load_checkpoint(ckpt)
 
 
 def test_a_resume_whose_state_is_damaged_is_refused_and_nothing_is_lost(sft_run, tmp_path):
