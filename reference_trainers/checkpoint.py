@@ -23,6 +23,7 @@ import logging
 import os
 import pickle
 import random
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -323,13 +324,37 @@ def _remove_checkpoint(path: Path, *, wait: bool | float) -> bool:
     return True
 
 
-def prune_checkpoints(run_dir: str | Path, keep: int, *, wait: bool | float = False) -> None:
-    """Delete a run's checkpoints but its newest ``keep`` (0: keep all). A checkpoint a reader holds is
-    kept for a later save, or (``wait``: a run's end, when no later save will come) deleted once it is
-    let go: True waits as long as that takes, a number of seconds at most that long (then it is kept).
+#: A checkpoint's folder name: ``step-`` and its step number (6 digits, more past step 999,999).
+STEP_NAME = re.compile(r"step-(\d+)")
+#: What else a trainer writes in ``checkpoints/``: a checkpoint being written, a reader's lock.
+_OWN_AUX = re.compile(r"\.tmp-step-\d+|\.read-step-\d+\.lock")
+
+
+def run_checkpoints(root: str | Path) -> list[Path]:
+    """The complete checkpoints a trainer saved in ``root`` (``RUN/checkpoints``), oldest first by step
+    number (``step-1000000`` after ``step-999999``): folders named ``step-N`` holding the trainer's
+    record. Anything else there (a user's copy, a backup, notes) is not the run's: never listed, pruned
+    or cleared.
     """
-    root = Path(run_dir) / "checkpoints"
-    for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
+    try:
+        entries = list(Path(root).iterdir())
+    except OSError:  # no folder (yet), or deleted as it is listed (a --no-resume at work)
+        return []
+    steps = []
+    for p in entries:
+        m = STEP_NAME.fullmatch(p.name)
+        if m and (p / INFO_FILE).is_file():
+            steps.append((int(m.group(1)), p.name, p))
+    return [p for *_, p in sorted(steps)]
+
+
+def prune_checkpoints(run_dir: str | Path, keep: int, *, wait: bool | float = False) -> None:
+    """Delete a run's checkpoints (:func:`run_checkpoints`) but its newest ``keep`` (0: keep all). A
+    checkpoint a reader holds is kept for a later save, or (``wait``: a run's end, when no later save
+    will come) deleted once it is let go: True waits as long as that takes, a number of seconds at most
+    that long (then it is kept).
+    """
+    for old in run_checkpoints(Path(run_dir) / "checkpoints")[:-keep] if keep > 0 else []:
         _remove_checkpoint(old, wait=wait)
 
 
@@ -497,8 +522,58 @@ def checkpoint_digest(path: str | Path) -> str:
     return h.hexdigest()[:32]
 
 
-#: What a trainer's run writes in its folder: what ``--no-resume`` clears before a fresh run.
-RUN_FILES = ("latest", "checkpoints", "metrics.jsonl", "metrics.svg", "rollouts.jsonl", "adapters")
+#: What each trainer's run writes in its folder: what ``--no-resume`` clears before a fresh run (in
+#: ``checkpoints/`` and ``adapters/`` only the run's own entries).
+RUN_FILES = {
+    "sft": ("latest", "checkpoints", "metrics.jsonl", "metrics.svg"),
+    "grpo": ("latest", "checkpoints", "metrics.jsonl", "metrics.svg", "rollouts.jsonl", "adapters"),
+}
+
+
+def _not_the_runs(out: Path, trainer: str, has_run: bool) -> list[str]:
+    """What in ``out`` bears a name of a trainer's run files but is not this ``trainer``'s run's (a user's
+    notes, another tool's log, the other trainer's files): a run there would overwrite or delete it.
+    ``has_run``: a checkpoint of this trainer is there, so its run's files are its own.
+    """
+    from tau_env.reference_trainers.cpu_common import PLOT_MARK, MetricsLog
+
+    def log_is_ours(path: Path) -> bool:
+        try:
+            return path.is_file() and not path.is_symlink() and isinstance(MetricsLog.read(path), list)
+        except (ResultsFolderError, OSError):
+            return False
+
+    found = []
+    for name in dict.fromkeys(n for names in RUN_FILES.values() for n in names):
+        p = out / name
+        if not (p.exists() or p.is_symlink()):
+            continue
+        other = next((t for t, names in RUN_FILES.items() if name in names and name not in RUN_FILES[trainer]), None)
+        if other is not None:
+            found.append(f"{name} (a {other} run's)")
+        elif name in ("checkpoints", "adapters"):
+            if not p.is_dir() and not (name == "checkpoints" and p.is_symlink()):  # a dangling link: said later
+                found.append(f"{name} (not a folder)")
+            elif name == "adapters" and not has_run and any(not STEP_NAME.fullmatch(c.name) for c in p.iterdir()):
+                found.append(f"{name} (holds other files than a run's step-N adapters)")
+        elif name == "latest":
+            try:
+                ours = p.is_file() and not p.is_symlink() and STEP_NAME.fullmatch(p.read_text(encoding="utf-8").strip())
+            except (OSError, UnicodeDecodeError):
+                ours = False
+            if not ours:
+                found.append("latest (not a run's marker of its checkpoint)")
+        elif name.endswith(".jsonl"):
+            if not has_run and not log_is_ours(p):
+                found.append(f"{name} (not a trainer's log)")
+        elif name == "metrics.svg" and not has_run and not log_is_ours(out / "metrics.jsonl"):
+            try:
+                ours = p.is_file() and not p.is_symlink() and PLOT_MARK in p.read_text(encoding="utf-8")[:2000]
+            except (OSError, UnicodeDecodeError):
+                ours = False
+            if not ours:
+                found.append("metrics.svg (not a trainer's plot)")
+    return found
 
 
 class RunDir:
@@ -507,8 +582,8 @@ class RunDir:
     leaves nothing behind).
     """
 
-    def __init__(self, path: Path, lock: Any, latest: Path | None, made: list[Path]):
-        self.path, self.lock, self.latest, self._made = path, lock, latest, made
+    def __init__(self, path: Path, lock: Any, latest: Path | None, made: list[Path], trainer: str = "sft"):
+        self.path, self.lock, self.latest, self._made, self.trainer = path, lock, latest, made, trainer
         # the lock of the checkpoints folder itself (see hold_checkpoints), and whether this run made it
         self.checkpoints_lock: Any = None
         self._made_checkpoints = False
@@ -548,23 +623,31 @@ class RunDir:
         ``latest`` marker first, so a new run killed before its first checkpoint leaves no pointer to
         the old one.
         """
-        from tau_env.harness.results import LOCK_NAME
-
-        for name in RUN_FILES:
+        for name in RUN_FILES[self.trainer]:
             p = self.path / name
             if name == "checkpoints" and p.is_dir():  # each once its readers let it go (a link: its target's)
-                for step in sorted(p.glob("step-*")):
+                for step in run_checkpoints(p):
                     _remove_checkpoint(step, wait=True)
-                # emptied, the folder (or the link to another disk) and this run's lock of it kept; the
-                # folder (not a link) goes at close() if this run saves nothing in it, as its steps went
+                # the run's own entries go; the folder (or the link to another disk), this run's lock of it
+                # and what is not the run's (a user's copy, notes) stay. The folder (not a link) goes at
+                # close() if this run saves nothing in it and nothing else is there.
                 self._made_checkpoints = self._made_checkpoints or not p.is_symlink()
                 for child in p.iterdir():
-                    if child.name == LOCK_NAME:
+                    if not _OWN_AUX.fullmatch(child.name):  # a checkpoint being written, a reader's lock
                         continue
                     if child.is_dir() and not child.is_symlink():
                         shutil.rmtree(child)
                     else:
                         child.unlink()
+                continue
+            if name == "adapters" and p.is_dir() and not p.is_symlink():
+                for child in p.iterdir():
+                    if STEP_NAME.fullmatch(child.name):
+                        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+                try:
+                    p.rmdir()
+                except OSError:  # something else there: kept
+                    pass
                 continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
@@ -603,6 +686,20 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
     from tau_env.harness.results import LOCK_NAME, FolderLock
 
     out = Path(out)
+    try:  # the tokenizer's files and the records are written with UTF-8 paths: said before any training
+        os.fsdecode(os.fsencode(out)).encode("utf-8")
+    except UnicodeError:
+        raise InvalidOptionError(
+            f"--out {os.fsencode(out)!r} is not a UTF-8 path (a checkpoint's files cannot be named under it); pass "
+            "another --out."
+        ) from None
+    for p in (out.resolve(), *out.resolve().parents):  # a checkpoint's files are its model's: no run inside
+        if (p / INFO_FILE).is_file():
+            raise InvalidOptionError(
+                f"--out {out} is {'inside ' if p != out.resolve() else ''}the checkpoint {p}: a run there would "
+                "resume from that checkpoint and change its files; pass another --out (and --model "
+                f"{p} to start from it)."
+            )
     made = []
     for p in (out, *out.parents):
         if p.exists() or p.is_symlink():
@@ -624,7 +721,7 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
         )
     except OSError as e:  # a read-only file system, an immutable folder
         raise InvalidOptionError(f"--out {out} cannot be written ({why(e)}); pass another --out.") from e
-    run = RunDir(out, lock, None, made)
+    run = RunDir(out, lock, None, made, trainer)
     try:
         found = find_checkpoint(out) if (out / "checkpoints").is_dir() else None
         if found is not None:
@@ -639,6 +736,13 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
                     f"{out} holds a {made_by} run ({found.name}); {trainer} continues only its own runs: pass "
                     f"another --out (and --model {out} to start from it)."
                 )
+        others = _not_the_runs(out, trainer, found is not None or bool(run_checkpoints(out / "checkpoints")))
+        if others:
+            raise ResultsFolderError(
+                f"{out} holds {', '.join(others)}: not this {trainer} run's, and a run there would "
+                f"{'overwrite' if resume else 'delete'} {'it' if len(others) == 1 else 'them'}. Move "
+                f"{'it' if len(others) == 1 else 'them'} away, or pass another --out."
+            )
         run.hold_checkpoints()
     except BaseException:
         run.close()
@@ -656,7 +760,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         name = marker.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):  # unreadable or not ours: as if there were no marker
         return None
-    if not name or "/" in name or "\\" in name or name in (".", ".."):
+    if not STEP_NAME.fullmatch(name):  # not a marker a trainer wrote
         return None
     path = Path(run_dir) / "checkpoints" / name
     return path if (path / INFO_FILE).is_file() else None
@@ -671,10 +775,7 @@ def find_checkpoint(path: str | Path) -> Path | None:
         return path
     found = latest_checkpoint(path)
     if found is None and (path / "checkpoints").is_dir():
-        try:
-            complete = sorted(c for c in (path / "checkpoints").glob("step-*") if (c / INFO_FILE).is_file())
-        except OSError:  # deleted as it was listed (a --no-resume at work): none there
-            complete = []
+        complete = run_checkpoints(path / "checkpoints")
         found = complete[-1] if complete else None
     return found
 
@@ -686,7 +787,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return found
     given = Path(path)
     if not given.is_dir():
-        kept = sorted(c.name for c in given.parent.glob("step-*") if (c / INFO_FILE).is_file())
+        kept = [c.name for c in run_checkpoints(given.parent)]
         if given.name.startswith("step-") and kept:  # a step its run has pruned (--keep-checkpoints)
             raise ResultsFolderError(
                 f"{path} is no longer there: its run keeps {', '.join(kept[-3:])} (older ones are deleted as it saves, "

@@ -808,6 +808,10 @@ class MetricsLog:
         return rows
 
 
+#: The description every plot of :func:`svg_plot` carries.
+PLOT_MARK = "tau_env metrics plot"
+
+
 def svg_plot(rows: Sequence[dict[str, Any]], keys: Sequence[str], path: str | Path, title: str = "") -> Path:
     """A small line chart of ``keys`` against ``step``, one panel per key, as an SVG file.
 
@@ -859,6 +863,7 @@ def svg_plot(rows: Sequence[dict[str, Any]], keys: Sequence[str], path: str | Pa
     head = f'<text x="{pad}" y="12" font-size="12" font-weight="bold">{escape(title)}</text>' if title else ""
     svg = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif">'
+        + f"<desc>{PLOT_MARK}</desc>"  # how a trainer knows its own plot in a folder (checkpoint.open_run_dir)
         + head
         + "".join(panels)
         + "</svg>\n"

@@ -383,3 +383,119 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_the_same_command_resumes(tiny_an
     resumed = subprocess.run([*argv, "--steps", str(n)], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert latest_checkpoint(out).name == f"step-{n:06d}" and _steps(out) == list(range(1, n + 1))
+
+
+def test_pruning_and_clearing_touch_only_the_runs_own_checkpoints(tiny_and_data, tmp_path):
+    # a user's folders named step-* (without the trainer's record), and a backup copy of a checkpoint under
+    # another name, were pruned by name: the run's own last checkpoint with them, `latest` left dangling
+    from tau_env.reference_trainers.checkpoint import INFO_FILE
+
+    model, data = tiny_and_data
+    out = tmp_path / "proj"
+    for n in (1000, 2000, 3000, 4000):
+        (out / "checkpoints" / f"step-{n}").mkdir(parents=True)
+    (out / "checkpoints" / "step-1000" / "weights.bin").write_text("precious")
+    last = sft.train(_cfg(model, data, out, steps=1))
+    assert last.is_dir() and latest_checkpoint(out) == last
+    assert (out / "checkpoints" / "step-1000" / "weights.bin").read_text() == "precious"
+    backup = out / "checkpoints" / "step-000001-best"
+    shutil.copytree(last, backup)
+    sft.train(_cfg(model, data, out, steps=5, keep_checkpoints=2))
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == [
+        "step-000001-best",
+        "step-000004",
+        "step-000005",
+        "step-1000",
+        "step-2000",
+        "step-3000",
+        "step-4000",
+    ]
+    assert (backup / INFO_FILE).is_file()
+    # --no-resume: the run's steps go, the user's folders and the backup stay
+    sft.train(_cfg(model, data, out, steps=1, resume=False))
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["step-000001", "step-000001-best", "step-1000", "step-2000", "step-3000", "step-4000"]
+
+
+def test_checkpoints_are_ordered_by_step_number_past_six_digits(tmp_path):
+    from tau_env.reference_trainers.checkpoint import INFO_FILE, find_checkpoint, prune_checkpoints, run_checkpoints
+
+    root = tmp_path / "run" / "checkpoints"
+    for step in (999_998, 999_999, 1_000_000, 1_000_001):
+        (root / f"step-{step:06d}").mkdir(parents=True)
+        (root / f"step-{step:06d}" / INFO_FILE).write_text("{}")
+    assert [p.name for p in run_checkpoints(root)] == [
+        "step-999998", "step-999999", "step-1000000", "step-1000001",
+    ]  # fmt: skip
+    assert find_checkpoint(tmp_path / "run").name == "step-1000001"  # no `latest`: the newest by number
+    prune_checkpoints(tmp_path / "run", 2)
+    assert sorted(p.name for p in root.iterdir()) == ["step-1000000", "step-1000001"]
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_folder_whose_run_named_files_are_not_a_run_is_refused_and_nothing_is_deleted(
+    tiny_and_data, tmp_path, resume
+):
+    # --no-resume deleted a user's adapters/, metrics.jsonl, rollouts.jsonl and checkpoints/ notes in a
+    # folder that held no run at all (the refusal of the other log suggested --no-resume)
+    model, data = tiny_and_data
+    cases = {
+        "metrics.jsonl": '{"epoch": 1}\n',
+        "latest": "my notes\n",
+        "metrics.svg": "<svg xmlns='http://www.w3.org/2000/svg'><text>mine</text></svg>",
+        "rollouts.jsonl": "",  # a grpo run's file in an sft run's folder
+        "adapters/my_lora/adapter_model.safetensors": "w",
+    }
+    for name, text in cases.items():
+        out = tmp_path / f"{resume}-{name.split('/')[0]}"
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+        (out / "checkpoints").mkdir()
+        (out / "checkpoints" / "important.txt").write_text("notes")
+        before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+        with pytest.raises(ResultsFolderError, match=rf"holds {name.split('/')[0]} \(.*\): not this sft run's"):
+            sft.train(_cfg(model, data, out, steps=1, resume=resume))
+        assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+        assert (out / name).read_text() == text
+
+
+def test_a_run_killed_before_its_first_save_is_still_its_own(tiny_and_data, tmp_path):
+    # its log and plot, with no checkpoint yet, are a run's: resumed or started over, not refused
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    sft.train(_cfg(model, data, out, steps=2))
+    shutil.rmtree(out / "checkpoints")
+    (out / "latest").unlink()
+    assert (out / "metrics.jsonl").is_file() and (out / "metrics.svg").is_file()
+    assert sft.train(_cfg(model, data, out, steps=1)).name == "step-000001"
+    (out / "metrics.jsonl").unlink()  # the plot alone is known by its mark
+    shutil.rmtree(out / "checkpoints")
+    (out / "latest").unlink()
+    assert sft.train(_cfg(model, data, out, steps=1, resume=False)).name == "step-000001"
+
+
+@pytest.mark.parametrize("where", ["at", "inside"])
+def test_an_out_at_or_inside_a_checkpoint_is_refused(tiny_and_data, sft_run, tmp_path, where):
+    # it resumed from that checkpoint (another run's) and wrote its files into it
+    model, data = tiny_and_data
+    run = tmp_path / "other"
+    shutil.copytree(sft_run[0], run)
+    ckpt = run / "checkpoints" / "step-000001"
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir() if p.is_file()}
+    out = ckpt if where == "at" else ckpt / "mine"
+    with pytest.raises(
+        InvalidOptionError, match=rf"is {'inside ' if where == 'inside' else ''}the checkpoint .*step-000001"
+    ):
+        sft.train(_cfg(model, data, out, steps=1))
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir() if p.is_file()} == before and not (ckpt / "mine").exists()
+
+
+def test_an_out_that_is_not_a_utf8_path_is_refused_before_training(tiny_and_data, tmp_path):
+    import os
+
+    model, data = tiny_and_data
+    out = Path(os.fsdecode(os.fsencode(tmp_path) + b"/o\xfe"))
+    with pytest.raises(InvalidOptionError, match="is not a UTF-8 path"):
+        sft.train(_cfg(model, data, out, steps=1))
+    assert not os.path.exists(os.fsencode(out))
