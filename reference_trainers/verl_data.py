@@ -24,7 +24,10 @@ env's own task of that id), ``seed`` and optional ``user``. ``prompt`` is a one-
 
 ``python -m tau_env.reference_trainers.verl_data sft SRC.jsonl OUT.parquet`` and
 ``python -m tau_env.reference_trainers.verl_data rl ENV_ID OUT.parquet [--tasks FILE] [--make-kwargs JSON]``
-write them.
+write them. A source given twice, or one with no example, is refused. A ``tasks`` in
+``--make-kwargs`` is taken as ``--tasks`` (both together are refused): the tasks are embedded in the
+rows, so no path is left for the workers to find; a path the env's loader takes (``data_dir``) is
+stored absolute, as the workers run in another folder.
 """
 
 from __future__ import annotations
@@ -51,13 +54,11 @@ log = logging.getLogger(__name__)
 
 def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """The examples of a ``tau-env export-sft --jsonl`` file (or a synthesis run folder: its
-    ``sft/sft.jsonl``), as SFT rows. A line that is no example is refused by file and line; an
-    example that would train nothing or a broken call (:func:`~tau_env.sft.training_problem`) is
-    left out with a warning, as the CPU trainer does.
+    ``sft/sft.jsonl``), as SFT rows. A line that is no example is refused by file and line, and so
+    is a file with no example (empty or blank); an example that would train nothing or a broken call
+    (:func:`~tau_env.sft.training_problem`) is left out with a warning, as the CPU trainer does.
     """
-    p = Path(path)
-    if p.is_dir():
-        p = p / "sft" / "sft.jsonl" if (p / "sft" / "sft.jsonl").is_file() else p / "sft.jsonl"
+    p = _sft_file(path)
     if p.is_file() and _is_parquet(p):
         raise InvalidOptionError(
             f"{p} is a parquet file; the sources are export-sft JSONL (tau-env export-sft --jsonl)."
@@ -75,6 +76,7 @@ def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
         ) from None
     out = []
     left_out = []
+    found = 0
     for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and U+0085 are text in a line
         if not line.strip():
             continue
@@ -83,14 +85,25 @@ def read_sft_jsonl(path: str | Path) -> list[dict[str, Any]]:
         except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
             raise InvalidOptionError(f"{p}:{n}: not JSON ({e}); expected one export-sft example per line.") from e
         row = sft_row(ex, where=f"{p}:{n}")
+        found += 1
         unusable = training_problem({"messages": json.loads(row["messages_json"]), "train": row["train"]})
         if unusable:
             left_out.append(f"{p}:{n} ({unusable})")
             continue
         out.append(row)
+    if not found:
+        raise InvalidOptionError(f"{p} holds no SFT example (it is empty or blank); expected export-sft JSONL.")
     if left_out:
         log.warning("left out %d SFT example(s) that train nothing or a broken call: %s", len(left_out), left_out[0])
     return out
+
+
+def _sft_file(path: str | Path) -> Path:
+    """The file a source names: itself, or a folder's ``sft/sft.jsonl`` (a synthesis run) or ``sft.jsonl``."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "sft" / "sft.jsonl" if (p / "sft" / "sft.jsonl").is_file() else p / "sft.jsonl"
+    return p
 
 
 def sft_row(example: Mapping[str, Any], where: str = "example") -> dict[str, Any]:
@@ -123,12 +136,32 @@ def sft_row(example: Mapping[str, Any], where: str = "example") -> dict[str, Any
 
 
 def write_sft_parquet(sources: Iterable[str | Path], out: str | Path) -> int:
-    """Write the examples of export-sft JSONL files as one SFT parquet; returns the row count."""
+    """Write the examples of export-sft JSONL files as one SFT parquet; returns the row count.
+
+    A file given twice (the same path again, or another path to it: a link, a run folder and its
+    ``sft/sft.jsonl``) is refused: each of its examples would be written twice.
+    """
     sources = list(sources)
     _check_out(out, sources)
+    _check_sources_once(sources)
     rows = [r for src in sources for r in read_sft_jsonl(src)]
     _write_parquet(rows, out)
     return len(rows)
+
+
+def _check_sources_once(sources: Sequence[str | Path]) -> None:
+    seen: dict[tuple[int, int], int] = {}
+    for i, src in enumerate(sources):
+        try:
+            st = _sft_file(src).stat()
+        except OSError:  # missing or unreadable: read_sft_jsonl names it
+            continue
+        j = seen.setdefault((st.st_dev, st.st_ino), i)
+        if j != i:
+            same = "is" if str(sources[j]) == str(src) else f"and {sources[j]} are the same file,"
+            raise InvalidOptionError(
+                f"{src} {same} given twice as a source: each of its examples would be written twice; give it once."
+            )
 
 
 def _is_parquet(path: Path) -> bool:
@@ -366,13 +399,27 @@ def rl_rows(
     (``task`` empty), so a row stays small. ``task_ids`` keeps those tasks only, in that order; a
     ``task_ids`` among ``make_kwargs`` (the env's own pool) does the same, and ``task_ids`` must then
     be among it (a row outside the pool would be a task its env cannot reset to).
+
+    A ``tasks`` among ``make_kwargs`` is taken as ``tasks`` (its tasks embedded in the rows, no path
+    left for the workers to find); given in both, it is refused. A path the env's loader takes
+    (``data_dir``: a keyword it types ``os.PathLike``) is stored absolute: the rollout workers run in
+    another folder.
     """
     import tau_env
 
     make_kwargs = dict(make_kwargs or {})
+    if "tasks" in make_kwargs:
+        if tasks is not None:
+            raise InvalidOptionError(
+                f"Tasks given twice: as tasks ({one_line(str(tasks))[:80]}) and among make_kwargs "
+                f"({one_line(repr(make_kwargs['tasks']))[:80]}); give the task file once, as --tasks."
+            )
+        tasks = make_kwargs.pop("tasks")
     # the env id and its keywords as each rollout worker will make them: said here, not on the GPUs
-    check = tau_env.make(env_id, **make_kwargs, **({"tasks": str(tasks)} if isinstance(tasks, (str, Path)) else {}))
+    given = {} if tasks is None else {"tasks": str(tasks) if isinstance(tasks, (str, Path)) else tasks}
+    check = tau_env.make(env_id, **make_kwargs, **given)
     check.close()
+    make_kwargs = _absolute_paths(env_id, make_kwargs)
     if task_ids is not None:
         task_ids = list(dict.fromkeys(task_ids))  # each task once
     if make_kwargs.get("task_ids") is not None:  # the env's pool (make checked its ids): the rows too
@@ -402,6 +449,23 @@ def rl_rows(
         rl_row(env_id, t, i, make_kwargs=make_kwargs, seed=seed, embed_task=embed, user=user)
         for i, t in enumerate(pool)
     ]
+
+
+def _absolute_paths(env_id: str, make_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``make_kwargs`` with each path the env's loader takes (a keyword typed ``os.PathLike``) given as
+    a string made absolute, as the folder a rollout worker runs in is not this one.
+    """
+    import inspect
+
+    import tau_env
+
+    params = inspect.signature(tau_env.registry.spec(env_id).loader()).parameters
+    out = dict(make_kwargs)
+    for name, value in make_kwargs.items():
+        param = params.get(name)
+        if param is not None and "PathLike" in str(param.annotation) and isinstance(value, str) and value:
+            out[name] = os.path.abspath(os.path.expanduser(value))
+    return out
 
 
 def _env_kwargs() -> tuple[str, ...]:
@@ -498,7 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--tasks", type=Path, help="a task file (e.g. a synthesis run's rl/tasks.jsonl); default: the env's")
     r.add_argument("--task-id", action="append", dest="task_ids", help="keep this task (repeatable)")
-    r.add_argument("--make-kwargs", default="{}", help='JSON of tau_env.make keywords, e.g. \'{"data_dir": "..."}\'')
+    r.add_argument(
+        "--make-kwargs",
+        default="{}",
+        help='JSON of tau_env.make keywords, e.g. \'{"data_dir": "..."}\'; a "tasks" among them is taken as --tasks '
+        "(refused with --tasks too); a relative data_dir is stored absolute",
+    )
     r.add_argument("--seed", type=_seed, default=0, help="base seed of the rows' episodes (as eval's --seed)")
     r.add_argument("--user", choices=("scripted", "llm"), default=None, help="override the loop's user per row")
     args = p.parse_args(argv)

@@ -492,6 +492,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _real(path: Path) -> Path:
+    """``path`` absolute, with its links resolved as far as they exist (``..`` after a link too)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a link loop, a name too long: the path as spelled, made absolute
+        return Path(os.path.abspath(path))
+
+
+def _results_folder_of(run: Path, source: Path) -> Path | None:
+    """The results folder (resolved) whose trajectories ``source`` is, given as ``run``: ``run`` itself
+    if it is a folder; the folder of the file (its links resolved) if that file is a results folder's
+    ``trajectories.jsonl`` or sits beside a results folder's own files; None for a file elsewhere, or
+    none at all (the export says so).
+    """
+    from tau_env.harness.results import OWN_FILES, TRAJECTORIES
+
+    if not source.is_file():
+        return None
+    if run.is_dir():
+        return _real(run)
+    real = _real(source)
+    beside = [name for name in OWN_FILES if name != TRAJECTORIES and (real.parent / name).exists()]
+    return real.parent if real.name == TRAJECTORIES or beside else None
+
+
 def cmd_export_sft(args: argparse.Namespace) -> int:
     from tau_env.sft import export
 
@@ -500,15 +525,16 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
     if args.jsonl is not None and args.parquet is not None and args.jsonl.absolute() == args.parquet.absolute():
         raise InvalidOptionError(f"--jsonl and --parquet both name {args.jsonl}; give two files.")
     source = args.run / "trajectories.jsonl" if args.run.is_dir() else args.run
+    folder = _results_folder_of(args.run, source)
     for flag, path in (("--jsonl", args.jsonl), ("--parquet", args.parquet)):
         if path is not None:
             _usable(path, flag, "file")
-            if path.exists() and source.exists() and path.samefile(source):
+            if _real(path) == _real(source) or (path.exists() and source.exists() and path.samefile(source)):
                 raise InvalidOptionError(f"{flag} {path} is the trajectory file being read; pass another path.")
-            if source.is_file() and args.run.is_dir() and path.resolve().parent == args.run.resolve():
+            if folder is not None and _real(path).is_relative_to(folder):
                 raise InvalidOptionError(
-                    f"{flag} {path} is inside the results folder being read (its own files would be overwritten); "
-                    "pass a path outside it."
+                    f"{flag} {path} is inside the results folder being read ({folder}), whose own files it could "
+                    "overwrite; pass a path outside it."
                 )
 
     def skipped(n: int, why: str) -> None:

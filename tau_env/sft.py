@@ -8,6 +8,7 @@ per message, true for the agent's own turns (the env's fixed greeting excluded).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,14 @@ def read_episodes(path: str | Path, on_skip: Callable[[int, str], None] | None =
     A line that is not an episode (a torn write, invalid UTF-8 or JSON, a record without the
     fields of :data:`REQUIRED_FIELDS`) is skipped; ``on_skip(line_number, reason)`` hears of it.
     """
+    for _, record in _numbered_episodes(path, on_skip):
+        yield record
+
+
+def _numbered_episodes(
+    path: str | Path, on_skip: Callable[[int, str], None] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`read_episodes`, each episode with its line number."""
     p = Path(path)
     try:
         if p.is_dir():
@@ -66,7 +75,29 @@ def read_episodes(path: str | Path, on_skip: Callable[[int, str], None] | None =
         raise ResultsFolderError(f"Cannot read trajectories at {p}: {e.strerror or e}.") from e
 
 
-def _read_lines(p: Path, on_skip: Callable[[int, str], None] | None) -> Iterator[dict[str, Any]]:
+def unique_episodes(source: str | Path, on_skip: Callable[[int, str], None] | None = None) -> list[dict[str, Any]]:
+    """The episodes of ``source`` (as :func:`read_episodes`), each (task, trial) once, as the harness
+    reads a results folder: the first record of it, or a later one when the first ended in an
+    infrastructure error. The duplicates skipped are counted in a warning that names the first.
+    """
+    kept: dict[tuple[str, int], dict[str, Any]] = {}
+    duplicates, first = 0, ""
+    for n, ep in _numbered_episodes(source, on_skip):
+        key = (ep["task_id"], ep["trial"])
+        if key in kept and kept[key]["termination_reason"] != TerminationReason.INFRASTRUCTURE_ERROR:
+            duplicates += 1
+            first = first or f"line {n}: trial {ep['trial']} of {clip(ep['task_id'], 80)!r}"
+            continue
+        kept[key] = ep
+    if duplicates:
+        warnings.warn(
+            f"{source}: skipped {duplicates} duplicate episode(s), a task and trial already read (first at {first}).",
+            stacklevel=2,
+        )
+    return list(kept.values())
+
+
+def _read_lines(p: Path, on_skip: Callable[[int, str], None] | None) -> Iterator[tuple[int, dict[str, Any]]]:
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
@@ -82,7 +113,7 @@ def _read_lines(p: Path, on_skip: Callable[[int, str], None] | None) -> Iterator
             else:
                 problem = record_problem(record)
             if problem is None:
-                yield record
+                yield n, record
             elif on_skip is not None:
                 on_skip(n, problem)
 
@@ -262,13 +293,15 @@ def export(
 ) -> int:
     """Write the SFT examples of ``source`` as JSONL and/or parquet; returns how many were written.
 
-    Lines of ``source`` that are not episodes are skipped (``on_skip`` as in :func:`read_episodes`);
+    Lines of ``source`` that are not episodes are skipped (``on_skip`` as in :func:`read_episodes`),
+    and so are the duplicates of an episode (:func:`unique_episodes`: a warning counts them);
     an episode whose agent has no turn after the ``greeting_turns`` (nothing to train) is left out;
-    missing parent folders of the outputs are made.
+    missing parent folders of the outputs are made. The parquet has its columns (``task_id``,
+    ``trial``, ``reward``, ``messages`` and ``tools`` as JSON text, ``train``) with no example too.
     Text the model wrote is kept exactly; characters UTF-8 cannot hold (lone surrogates) are
     written as JSON escapes.
     """
-    examples = [to_example(ep, greeting_turns) for ep in select(read_episodes(source, on_skip), min_reward)]
+    examples = [to_example(ep, greeting_turns) for ep in select(unique_episodes(source, on_skip), min_reward)]
     examples = [ex for ex in examples if any(ex["train"])]
     if jsonl is not None:
         Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
@@ -290,7 +323,17 @@ def export(
             }
             for ex in examples
         ]
-        table = pa.Table.from_pylist(rows)
+        schema = pa.schema(
+            [
+                ("task_id", pa.string()),
+                ("trial", pa.int64()),
+                ("reward", pa.float64()),
+                ("messages", pa.string()),
+                ("tools", pa.string()),
+                ("train", pa.list_(pa.bool_())),
+            ]
+        )  # given, not inferred: with no example the columns are there all the same
+        table = pa.Table.from_pylist(rows, schema=schema)
         Path(parquet).parent.mkdir(parents=True, exist_ok=True)
         with open(parquet, "wb") as f:  # Python's open: an unusable path is an OSError naming it
             pq.write_table(table, f)

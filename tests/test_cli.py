@@ -2,8 +2,10 @@ import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -659,3 +661,84 @@ def test_export_sft_writes_nothing_into_the_results_folder_and_says_when_nothing
     assert main(["export-sft", str(run), "--jsonl", str(out), "--greeting-turns", "100"]) == 0
     assert "no episode of" in capsys.readouterr().err and out.read_text() == ""
     assert not list(tmp_path.glob(".sft.jsonl.tmp-*"))
+
+
+def test_export_sft_writes_into_no_input_and_nowhere_in_its_results_folder_however_spelled(
+    tmp_path, capsys, monkeypatch
+):
+    """The results folder named as the folder, its trajectories file, a relative path through ``..``, a
+    link to either; the output one of its files, a new file or folder in it, a link into it: each
+    refused, the folder left as it was and still resumable. Only the folder a run wrote is guarded: a
+    trajectories file elsewhere may have its output beside it."""
+    run = tmp_path / "run"
+    argv = ["eval", "--quiet", "--out", str(run), "--agent", "oracle", "--task", "found_card_unlock", "--trials", "2"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    (tmp_path / "runlink").symlink_to(run)
+    (tmp_path / "trajlink.jsonl").symlink_to(run / "trajectories.jsonl")
+    (tmp_path / "cfglink").symlink_to(run / "config.json")
+    monkeypatch.chdir(tmp_path)
+    sources = ["run", "run/trajectories.jsonl", "./run/../run/trajectories.jsonl", "runlink/trajectories.jsonl"]
+    sources += ["trajlink.jsonl", str(run / "trajectories.jsonl")]
+    outputs = ["run/config.json", "run/metrics.json", "run/new.jsonl", "run/sub/x.jsonl", "runlink/c.json", "cfglink"]
+    for source in sources:
+        for flag in ("--jsonl", "--parquet"):
+            for out in outputs:
+                _fails(capsys, ["export-sft", source, flag, out], r".* is inside the results folder being read \(")
+            _fails(capsys, ["export-sft", source, flag, "trajlink.jsonl"], r".* is the trajectory file being read")
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    assert main(argv) == 0 and "nothing ran" in capsys.readouterr().out
+    # a copy of the folder with its trajectories renamed is still a results folder (config.json beside it)
+    shutil.copytree(run, "copy")
+    os.rename("copy/trajectories.jsonl", "copy/kept.jsonl")
+    _fails(capsys, ["export-sft", "copy/kept.jsonl", "--jsonl", "copy/config.json"], r".* is inside the results")
+    # a trajectories file outside a results folder: the output may go beside it
+    os.mkdir("data")
+    shutil.copy(run / "trajectories.jsonl", "data/episodes.jsonl")
+    assert main(["export-sft", "data/episodes.jsonl", "--jsonl", "data/sft.jsonl"]) == 0
+    assert len(Path("data/sft.jsonl").read_text().splitlines()) == 2
+
+
+def test_export_sft_skips_duplicate_episodes_as_the_harness_reader_does(tmp_path, capsys):
+    """Each (task, trial) once: the first record, or a later one when the first ended in an
+    infrastructure error (the harness runs that one again); the skipped duplicates are counted."""
+    run = tmp_path / "run"
+    argv = ["eval", "--quiet", "--out", str(run), "--agent", "oracle", "--task", "found_card_unlock", "--trials", "2"]
+    assert main(argv) == 0
+    lines = (run / "trajectories.jsonl").read_text().splitlines(keepends=True)
+    doubled = tmp_path / "doubled.jsonl"
+    doubled.write_text("".join(lines * 2))  # every line twice
+    capsys.readouterr()
+    out = tmp_path / "sft.jsonl"
+    assert main(["export-sft", str(doubled), "--jsonl", str(out)]) == 0
+    printed, err = capsys.readouterr()
+    assert [(ex["task_id"], ex["trial"]) for ex in map(json.loads, out.read_text().splitlines())] == [
+        ("found_card_unlock", 0),
+        ("found_card_unlock", 1),
+    ]
+    assert "wrote 2 examples" in printed
+    assert err.splitlines() == [
+        f"tau-env: warning: {doubled}: skipped 2 duplicate episode(s), a task and trial already read "
+        "(first at line 3: trial 0 of 'found_card_unlock')."
+    ]
+    infra = {**json.loads(lines[0]), "termination_reason": "infrastructure_error", "reward": 0.0}
+    doubled.write_text(json.dumps(infra) + "\n" + lines[0] + lines[1] + lines[0])
+    assert main(["export-sft", str(doubled), "--jsonl", str(out), "--min-reward", "0"]) == 0
+    printed, err = capsys.readouterr()
+    assert [json.loads(x)["trial"] for x in out.read_text().splitlines()] == [0, 1]
+    assert "skipped 1 duplicate episode(s)" in err and "first at line 4" in err
+
+
+def test_export_sft_with_no_example_writes_a_parquet_with_the_columns(tmp_path, capsys):
+    """As --jsonl writes an empty file, --parquet writes the same columns as ever, with no row."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    assert main(["eval", "--quiet", "--out", str(tmp_path / "run"), "--task", "found_card_unlock"]) == 0
+    full, empty = tmp_path / "full.parquet", tmp_path / "empty.parquet"
+    assert main(["export-sft", str(tmp_path / "run"), "--parquet", str(full)]) == 0
+    argv = ["export-sft", str(tmp_path / "run"), "--parquet", str(empty), "--jsonl", str(tmp_path / "e.jsonl")]
+    assert main([*argv, "--min-reward", "2"]) == 0
+    assert "the output holds none" in capsys.readouterr().err and (tmp_path / "e.jsonl").read_text() == ""
+    table = pq.read_table(empty)
+    assert table.num_rows == 0 and table.schema == pq.read_table(full).schema
+    assert table.column_names == ["task_id", "trial", "reward", "messages", "tools", "train"]

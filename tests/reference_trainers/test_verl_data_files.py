@@ -208,3 +208,83 @@ def test_a_task_file_that_is_no_task_file_is_one_line(example, tmp_path, capsys)
     assert vd.main(["rl", ENV_ID, str(tmp_path / "rl.parquet"), "--tasks", str(src)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and str(src) in err
+
+
+def test_a_source_given_twice_or_with_no_example_is_refused(example, tmp_path, capsys):
+    """The same file twice (as spelled, by another path, by a link, a run folder and its sft/sft.jsonl)
+    would write each of its rows twice; a file with no example is refused as the CPU trainer's reader
+    refuses it, by name. Nothing is written."""
+    src = _jsonl(tmp_path / "sft.jsonl", example)
+    (tmp_path / "link.jsonl").symlink_to(src)
+    run = tmp_path / "run"
+    (run / "sft").mkdir(parents=True)
+    _jsonl(run / "sft" / "sft.jsonl", example)
+    empty, blank = tmp_path / "empty.jsonl", tmp_path / "blank.jsonl"
+    empty.write_text("")
+    blank.write_text("\n  \n")
+    out = tmp_path / "sft.parquet"
+    for sources, said in (
+        ([src, src], f"{src} is given twice as a source"),
+        ([src, tmp_path / ".." / tmp_path.name / "sft.jsonl"], "are the same file, given twice as a source"),
+        ([src, tmp_path / "link.jsonl"], f"{tmp_path / 'link.jsonl'} and {src} are the same file"),
+        ([run, run / "sft" / "sft.jsonl"], "are the same file, given twice as a source"),
+        ([src, empty], f"{empty} holds no SFT example (it is empty or blank)"),
+        ([blank, src], f"{blank} holds no SFT example"),
+    ):
+        assert vd.main(["sft", *map(str, sources), str(out)]) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert not out.exists()
+    assert vd.main(["sft", str(src), str(run), str(out)]) == 0  # two files with the same examples: both kept
+    assert len(pd.read_parquet(out)) == 2
+
+
+def test_tasks_among_make_kwargs_are_the_tasks_of_tasks(tmp_path, capsys, monkeypatch):
+    """``--make-kwargs '{"tasks": FILE}'`` makes the rows --tasks FILE makes (the tasks embedded, no
+    relative path left for workers in another folder); both at once are one line, not a TypeError."""
+    domain = tau_env.registry.load_domain(ENV_ID)
+    monkeypatch.chdir(tmp_path)
+    tau_env.save_tasks([domain.task("found_card_unlock")], "t.jsonl")
+    tau_env.save_tasks([domain.task(TASK)], "t2.jsonl")
+    by_flag, by_kwargs = tmp_path / "flag.parquet", tmp_path / "kwargs.parquet"
+    assert vd.main(["rl", ENV_ID, str(by_flag), "--tasks", "t.jsonl"]) == 0
+    assert vd.main(["rl", ENV_ID, str(by_kwargs), "--make-kwargs", '{"tasks": "t.jsonl", "max_steps": 30}']) == 0
+    flag, kwargs = pd.read_parquet(by_flag)["extra_info"][0], pd.read_parquet(by_kwargs)["extra_info"][0]
+    assert json.loads(kwargs["make_kwargs"]) == {"max_steps": 30}
+    assert kwargs["task"] == flag["task"] and json.loads(kwargs["task"])["id"] == "found_card_unlock"
+    kept = by_flag.read_bytes()
+    for kw in ('{"tasks": "t2.jsonl"}', '{"tasks": "t.jsonl"}'):
+        assert vd.main(["rl", ENV_ID, str(by_flag), "--tasks", "t.jsonl", "--make-kwargs", kw]) == 2
+        err = capsys.readouterr().err
+        assert "Tasks given twice" in err and "as --tasks" in err and len(err.strip().splitlines()) == 1
+    assert vd.main(["rl", ENV_ID, str(by_flag), "--make-kwargs", '{"tasks": [{"id": "x"}]}']) == 2
+    assert "tau_env.Task" in capsys.readouterr().err and by_flag.read_bytes() == kept
+    from tau_env.error import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="Tasks given twice"):
+        vd.rl_rows(ENV_ID, tasks="t.jsonl", make_kwargs={"tasks": "t2.jsonl"})
+
+
+def test_a_relative_path_among_make_kwargs_is_stored_absolute(tmp_path, monkeypatch):
+    """A loader's path keyword (typed ``os.PathLike``, as tau3-banking's ``data_dir``) given relative
+    would name another folder on a rollout worker: the rows store it absolute; other keywords as given."""
+    import os
+
+    seen = []
+
+    def load(data_dir: str | os.PathLike[str] | None = None, label: str = ""):
+        seen.append(os.path.abspath(data_dir))
+        assert os.path.isdir(data_dir), data_dir
+        return tau_env.registry.load_domain(ENV_ID)
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with tau_env.registry.scoped():
+        tau_env.registry.register("paths-bank-v0", load)
+        rows = vd.rl_rows("paths-bank-v0", task_ids=[TASK], make_kwargs={"data_dir": "data", "label": "data"})
+        kwargs = json.loads(rows[0]["extra_info"]["make_kwargs"])
+        assert kwargs == {"data_dir": str(tmp_path / "data"), "label": "data"}
+        monkeypatch.chdir(tmp_path.parent)  # a worker elsewhere makes the env of the row
+        made = len(seen)
+        tau_env.make("paths-bank-v0", **kwargs).close()
+    assert len(seen) > made and set(seen) == {str(tmp_path / "data")}
