@@ -45,6 +45,7 @@ import tau_env.reference_trainers._train_extra  # noqa: F401  (first: one line w
 import torch
 from tau_env.reference_trainers.checkpoint import (
     END_WAIT_S,
+    STEP_NAME,
     find_checkpoint,
     hold_checkpoint,
     load_checkpoint,
@@ -365,8 +366,8 @@ class AdapterSync:
                 log.warning("could not unload %s: %s", previous, e)
         # the adapter served now and the one before it stay (a server may reread an adapter from disk); the
         # rest go, leftovers of a run that stopped after steps it had not saved included
-        for old in (self.out / "adapters").glob("step-*"):
-            if old.resolve() not in (path, previous_path):
+        for old in (self.out / "adapters").iterdir():
+            if STEP_NAME.fullmatch(old.name) and old.resolve() not in (path, previous_path):
                 shutil.rmtree(old, ignore_errors=True)
         return name
 

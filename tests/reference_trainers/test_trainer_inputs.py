@@ -387,6 +387,42 @@ def test_any_edit_to_a_message_is_refused_by_line_or_trains(
         assert len(sample.input_ids) == len(sample.loss_mask) and any(sample.loss_mask)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(st.sampled_from(["system", "user", "assistant", "tool"]), st.text(max_size=8), st.booleans()),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_any_order_of_messages_and_train_flags_is_refused_by_line_or_trains(
+    tmp_path_factory, example, tiny_tokenizer, turns
+):
+    """Messages of any roles in any order, any of them flagged trained (an example whose first
+    message is a trained assistant turn raised the template's "empty conversation" ValueError): the
+    file is refused by file and line, the example is left out, or it tokenizes with a trained token."""
+    from tau_env.reference_trainers.cpu_common import tokenize_sft_example
+
+    messages = []
+    for n, (role, text, _) in enumerate(turns):
+        m = {"role": role, "content": text}
+        if role == "tool":
+            m.update(tool_call_id=f"call_{n}", name="get_card")
+        messages.append(m)
+    bad = {"task_id": "t", "messages": messages, "tools": [], "train": [int(t) for *_, t in turns]}
+    path = tmp_path_factory.mktemp("sft") / "data.jsonl"
+    path.write_text(json.dumps(example) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    try:
+        got = read_sft_jsonl([path])
+    except ResultsFolderError as e:
+        assert f"{path}:2 " in str(e)
+        return
+    tok, template = tiny_tokenizer
+    for ex in got:
+        sample = tokenize_sft_example(tok, ex, template)
+        assert len(sample.input_ids) == len(sample.loss_mask) and any(sample.loss_mask)
+
+
 def test_an_empty_file_and_examples_that_teach_nothing_are_said(tmp_path, example, caplog):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n  \n", encoding="utf-8")
