@@ -378,9 +378,6 @@ def read_sft_jsonl(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
                 raise ResultsFolderError(f"{p}:{n} is not JSON ({e}); each line is one SFT example.") from None
             problem = sft_example_problem(ex)
-            if not problem and ex["train"] and ex["train"][0] and ex["messages"][0].get("role") == "assistant":
-                # the rollout starts from a prompt of the messages before the first trained turn: none here
-                problem = "its first message is a trained assistant turn, with no context before it to start from"
             if problem:
                 raise ResultsFolderError(
                     f"{p}:{n} is not an SFT example ({problem}; expected messages, tools and train)."

@@ -167,6 +167,8 @@ def sft_example_problem(ex: Any) -> str:
         return f"train is not a list of {len(messages)} flags, one per message"
     if not all(isinstance(t, (bool, int)) for t in train):
         return "train holds something other than true/false flags"
+    if train[0] and messages[0]["role"] == "assistant":  # a rollout starts from the messages before its first turn
+        return "its first message is a trained assistant turn, with no context before it to start from"
     if "tools" in ex and not (isinstance(ex["tools"], list) and all(isinstance(t, dict) for t in ex["tools"])):
         return "tools is not a list of tool schemas"
     try:  # a JSON escape can spell a lone surrogate, which is no character: no tokenizer encodes it

@@ -288,3 +288,22 @@ def test_a_relative_path_among_make_kwargs_is_stored_absolute(tmp_path, monkeypa
         made = len(seen)
         tau_env.make("paths-bank-v0", **kwargs).close()
     assert len(seen) > made and set(seen) == {str(tmp_path / "data")}
+
+
+def test_an_example_starting_with_a_trained_assistant_turn_is_refused_by_line(tmp_path):
+    # the rollout starts from the messages before the first trained turn: there are none (the CPU
+    # trainer's reader refuses it the same way, through the same check)
+    from tau_env.reference_trainers.verl_data import read_sft_jsonl
+
+    from tau_env.error import InvalidOptionError
+
+    ex = {
+        "task_id": "a",
+        "messages": [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "card"}],
+        "train": [1, 0],
+        "tools": [],
+    }
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(ex) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidOptionError, match=rf"{path}:1.*first message is a trained assistant turn"):
+        read_sft_jsonl(path)
