@@ -751,6 +751,21 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
     return run
 
 
+def resumed_config(out: str | Path, trainer: str) -> dict[str, Any]:
+    """The config of the ``trainer`` run a resume in ``out`` would continue (its latest checkpoint's),
+    or ``{}`` (no run there, another trainer's, or one whose record does not read: :func:`open_run_dir`
+    says so). Read before the run folder is opened, for the settings a resumed run takes from its
+    own record rather than from a starting model that may have moved since.
+    """
+    try:
+        found = find_checkpoint(out) if (Path(out) / "checkpoints").is_dir() else None
+        info = read_info(found) if found is not None else {}
+    except (Error, OSError):
+        return {}
+    config = info.get("config") if info.get("trainer") == trainer else None
+    return config if isinstance(config, dict) else {}
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The newest complete checkpoint of a run, or None."""
     marker = Path(run_dir) / "latest"

@@ -53,6 +53,7 @@ from tau_env.reference_trainers.checkpoint import (
     prune_checkpoints,
     read_info,
     restore_rng,
+    resumed_config,
     save_checkpoint,
     starting_model,
 )
@@ -432,6 +433,9 @@ def train(cfg: GRPOConfig) -> Path:
 
 
 def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
+    resumed = resumed_config(cfg.out, "grpo") if cfg.resume else {}
+    if not cfg.retrieval and resumed.get("retrieval"):  # the run resumed plays as it played (--model may be gone)
+        cfg = dataclasses.replace(cfg, retrieval=str(resumed["retrieval"]))
     if not cfg.retrieval and cfg.model:  # the prompt and tools the starting checkpoint was trained with
         trained = {}
         if find_checkpoint(cfg.model) is not None:
@@ -465,6 +469,8 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
                 "targets": list(LORA_TARGETS),
                 "layers": cfg.lora_layers,
             }
+    if ckpt is not None and not cfg.model:  # a resume reads no --model: the run's own is recorded again
+        cfg = dataclasses.replace(cfg, model=str((ckpt.info.get("config") or {}).get("model") or ""))
     config = {**config_dict(cfg), "tasks_digest": tasks_digest(cfg.tasks)}
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)

@@ -24,7 +24,7 @@ import random
 import time
 import warnings
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -246,8 +246,9 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         raise InvalidOptionError("SFT needs --data: export-sft JSONL files or synthesis run folders.")
     examples = read_sft_jsonl(cfg.data)  # bad data is named before a model is loaded
     check_env(cfg.domain, cfg.retrieval)  # recorded for eval and GRPO: said now, not when they start
-    drawn = cfg.steps * cfg.batch_size if cfg.steps else cfg.epochs * len(examples)
-    if drawn > MAX_EXAMPLES:  # the batch order is drawn up front: a run that never ends would hang there
+    # each step draws a whole batch: --epochs gives the steps (at least one), steps x batch the draws
+    per_step = cfg.epochs * len(examples) * (1 + cfg.turn_prefixes) / cfg.batch_size  # a float: inf for 1e308
+    if (cfg.steps or max(1.0, per_step)) * cfg.batch_size > MAX_EXAMPLES:  # drawn up front: it would hang there
         raise InvalidOptionError(
             f"--steps/--epochs ask for more than {MAX_EXAMPLES:.0e} examples (steps x batch size); ask for fewer."
         )
@@ -265,6 +266,8 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         if cfg.lora_rank > 0:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, layers=cfg.lora_layers)
         start, ckpt = 0, None
+    if ckpt is not None and not cfg.model:  # a resume reads no --model: the run's own is recorded again
+        cfg = replace(cfg, model=str((ckpt.info.get("config") or {}).get("model") or ""))
     config = {**config_dict(cfg), "data_digest": content_digest(examples)}
     if ckpt is not None:
         check_resume(out, ckpt.info.get("config") or {}, config, RESUME_FREE)
@@ -298,6 +301,22 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
     if not kept:
         raise InvalidOptionError(f"No SFT example fits --max-len {cfg.max_len}; raise it.")
     total = cfg.steps or max(1, math.ceil(cfg.epochs * len(kept) / cfg.batch_size))
+    if total * cfg.batch_size > MAX_EXAMPLES:  # the turn prefixes added: the exact count now
+        raise InvalidOptionError(
+            f"--steps/--epochs ask for more than {MAX_EXAMPLES:.0e} examples (steps x batch size); ask for fewer."
+        )
+    if not cfg.steps and total * cfg.batch_size > 1.25 * cfg.epochs * len(kept):
+        log.warning(
+            "--epochs %g over %d examples at --batch-size %d: %d step(s) of %d draw %.3g passes, not %g; lower "
+            "--batch-size or give --steps",
+            cfg.epochs,
+            len(kept),
+            cfg.batch_size,
+            total,
+            cfg.batch_size,
+            total * cfg.batch_size / len(kept),
+            cfg.epochs,
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if ckpt is not None:

@@ -499,3 +499,31 @@ def test_an_out_that_is_not_a_utf8_path_is_refused_before_training(tiny_and_data
     with pytest.raises(InvalidOptionError, match="is not a UTF-8 path"):
         sft.train(_cfg(model, data, out, steps=1))
     assert not os.path.exists(os.fsencode(out))
+
+
+def test_a_resume_reads_no_starting_model_and_keeps_the_settings_it_took_from_it(sft_run, tiny_and_data, tmp_path):
+    # GRPO took its retrieval configuration from --model; once that checkpoint moved, the resume was
+    # refused ('retrieval: "none" there, "" now') and the advice was --no-resume, which deletes the run
+    start = tmp_path / "sft_copy"
+    shutil.copytree(sft_run[0], start)
+    out = tmp_path / "grpo"
+    base = dict(
+        model=str(start), out=str(out), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1, group_size=2,
+        max_steps=3, max_new_tokens=4, progress=False, device="cpu", save_every=1,
+    )  # fmt: skip
+    grpo.train(grpo.GRPOConfig(**base))
+    assert load_checkpoint(out).info["config"]["retrieval"] == "none"  # taken from the starting checkpoint
+    shutil.rmtree(start)
+    last = grpo.train(grpo.GRPOConfig(**{**base, "steps": 2}))
+    info = load_checkpoint(last).info
+    assert last.name == "step-000002" and info["config"]["retrieval"] == "none"
+    assert info["config"]["model"] == str(start) and _steps(out) == [1, 2]
+    # a setting given otherwise is still refused
+    with pytest.raises(ResultsFolderError, match=r'retrieval: "none" there, "grep" now'):
+        grpo.train(grpo.GRPOConfig(**{**base, "steps": 3, "retrieval": "grep"}))
+    # SFT resumed with no --model at all: the run's own model is recorded again
+    model, data = tiny_and_data
+    run = tmp_path / "sft"
+    sft.train(_cfg(model, data, run, steps=1))
+    last = sft.train(_cfg("", data, run, steps=2))
+    assert last.name == "step-000002" and load_checkpoint(last).info["config"]["model"] == str(model)

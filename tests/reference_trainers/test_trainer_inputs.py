@@ -306,11 +306,31 @@ def test_huge_numbers_and_runs_that_would_never_end_are_refused(tmp_path, exampl
     assert sft.SFTConfig(steps=10**400).steps == 10**400  # in range; the run itself refuses it
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps(example) + "\n", encoding="utf-8")
-    for kw in ({"steps": 10**400}, {"epochs": 1e308}):
+    # --epochs with a huge batch: one step of 3e8 examples (it hung drawing them; only --steps was checked)
+    for kw in (
+        {"steps": 10**400},
+        {"epochs": 1e308},
+        {"batch_size": 300_000_000},
+        {"epochs": 0.5, "batch_size": 10**9},
+    ):
         cfg = sft.SFTConfig(model=str(tmp_path / "none"), data=[str(data)], out=str(tmp_path / "o"), **kw)
         with pytest.raises(InvalidOptionError, match="ask for fewer"):
             sft.train(cfg)
     assert not (tmp_path / "o" / "checkpoints").exists()
+
+
+def test_epochs_that_a_batch_overshoots_are_said(tiny_and_data, tmp_path, caplog):
+    # --epochs 1 over a few examples at a batch larger than them trained several passes, unsaid
+    model, data = tiny_and_data
+    n = len(read_sft_jsonl([data]))
+    cfg = sft.SFTConfig(
+        model=str(model), data=[str(data)], out=str(tmp_path / "o"), epochs=1, batch_size=4 * n, micro_batch=1,
+        lora_rank=2, retrieval="none", max_new_tokens=4, progress=False, device="cpu",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        sft.train(cfg)
+    said = [r.getMessage() for r in caplog.records if "--epochs 1 over" in r.getMessage()]
+    assert said and f"1 step(s) of {4 * n} draw 4 passes, not 1" in said[0]
 
 
 def test_json_nested_too_deeply_is_a_bad_line_for_both_readers(tmp_path):
