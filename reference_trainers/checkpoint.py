@@ -875,6 +875,11 @@ def starting_model(model: str | Path, family: str = "", device: str = "cpu") -> 
     if find_checkpoint(model) is not None:
         base = load_checkpoint(model, device=device)  # the path given, held (a live run's latest may move on)
         return base.model, base.tokenizer, family or base.info["family"], base.chat_template
+    from tau_env.harness.results import LOCK_NAME
+
+    run = Path(model)
+    if not (run / "config.json").is_file() and any((run / n).exists() for n in ("checkpoints", "latest", LOCK_NAME)):
+        resolve_checkpoint(model)  # a trainer run with no checkpoint yet: said as such, not "no config.json"
     net, tokenizer = load_model(model, device=device)
     family = family or tokenizer_family(tokenizer)
     return net, tokenizer, family, chat_template_for(tokenizer, family)

@@ -220,7 +220,12 @@ def task_pool(cfg: GRPOConfig) -> list[str]:
     try:
         for task_id in cfg.task_ids:
             env.domain.task(task_id)  # UnknownTaskError, with the closest id
-        return list(cfg.task_ids) or [t.id for t in env.domain.tasks]
+        ids = list(dict.fromkeys(cfg.task_ids))  # a task named twice is one task: drawn as often as any other
+        if len(ids) < len(cfg.task_ids):
+            log.warning(
+                "--task-ids names %d task(s) more than once; each is drawn as one", len(cfg.task_ids) - len(ids)
+            )
+        return ids or [t.id for t in env.domain.tasks]
     finally:
         env.close()
 
@@ -544,6 +549,10 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
             keep=cfg.keep_checkpoints,
         )
 
+    if start >= cfg.steps:
+        log.warning(
+            "%s is at step %d already, --steps %d: nothing to train (raise --steps to go on)", out, start, cfg.steps
+        )
     bar = progress_bar(cfg.steps, start, "grpo", cfg.progress)
     last = resume_from
     for step in range(start, cfg.steps):

@@ -362,6 +362,10 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         )
 
     order = batch_order(len(kept), total, cfg.batch_size, cfg.seed)
+    if start >= total:
+        log.warning(
+            "%s is at step %d already, %d step(s) asked: nothing to train (raise --steps to go on)", out, start, total
+        )
     bar = progress_bar(total, start, "sft", cfg.progress)
     last = resume_from
     model.train()

@@ -527,3 +527,30 @@ def test_a_resume_reads_no_starting_model_and_keeps_the_settings_it_took_from_it
     sft.train(_cfg(model, data, run, steps=1))
     last = sft.train(_cfg("", data, run, steps=2))
     assert last.name == "step-000002" and load_checkpoint(last).info["config"]["model"] == str(model)
+
+
+def test_a_starting_model_that_is_a_run_with_no_checkpoint_yet_is_said_as_such(tiny_and_data, tmp_path):
+    model, data = tiny_and_data
+    live = tmp_path / "live"
+    held = open_run_dir(live, "sft")  # a run started, not saved yet
+    try:
+        with pytest.raises(ResultsFolderError, match="is a trainer run with no complete checkpoint yet"):
+            sft.train(_cfg(live, data, tmp_path / "next", steps=1))
+    finally:
+        held.close()
+
+
+def test_fewer_steps_than_done_and_a_task_named_twice_are_said(tiny_and_data, tmp_path, caplog):
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    last = sft.train(_cfg(model, data, out, steps=2))
+    with caplog.at_level("WARNING"):
+        assert sft.train(_cfg(model, data, out, steps=1)) == last
+    assert any("is at step 2 already, 1 step(s) asked: nothing to train" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    cfg = grpo.GRPOConfig(
+        model=str(model), out=str(tmp_path / "g"), task_ids=["found_card_unlock"] * 2 + ["travel_notice_simple"]
+    )
+    with caplog.at_level("WARNING"):
+        assert grpo.task_pool(cfg) == ["found_card_unlock", "travel_notice_simple"]
+    assert any("names 1 task(s) more than once" in r.getMessage() for r in caplog.records)
