@@ -372,28 +372,11 @@ def tiny_tokenizer(tmp_path_factory, example):
     return tok, chat_template_for(tok, "smollm2")
 
 
-MESSAGE_FIELDS = ["role", "content", "tool_calls", "tool_call_id", "name"]
-
-
-@settings(max_examples=300, deadline=None)
-@given(data=st.data(), field=st.sampled_from(MESSAGE_FIELDS), value=JSON, call_field=st.booleans())
-def test_any_edit_to_a_message_is_refused_by_line_or_trains(
-    tmp_path_factory, example, tiny_tokenizer, data, field, value, call_field
-):
-    """One field of one message (or of one of its tool calls) set to any JSON value: the file is
-    refused with its file and line, or the example is left out with a warning, or it tokenizes as
-    the rollout would render it. Never a template's or tokenizer's exception."""
+def _refused_by_line_or_trains(tmp_path_factory, example, bad, tiny_tokenizer) -> None:
+    """A file of a good example, then ``bad``: refused naming line 2, or every example read tokenizes
+    with a trained token (a left-out one is not read)."""
     from tau_env.reference_trainers.cpu_common import tokenize_sft_example
 
-    bad = json.loads(json.dumps(example))
-    i = data.draw(st.integers(0, len(bad["messages"]) - 1))
-    m = bad["messages"][i]
-    if call_field and m.get("tool_calls"):
-        call = m["tool_calls"][0]
-        key = data.draw(st.sampled_from(["function", "name", "arguments", "id", "type"]))
-        (call["function"] if key in ("name", "arguments") else call)[key] = value
-    else:
-        m[field] = value
     path = tmp_path_factory.mktemp("sft") / "data.jsonl"
     path.write_text(json.dumps(example) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
     try:
@@ -405,6 +388,30 @@ def test_any_edit_to_a_message_is_refused_by_line_or_trains(
     for ex in got:
         sample = tokenize_sft_example(tok, ex, template)
         assert len(sample.input_ids) == len(sample.loss_mask) and any(sample.loss_mask)
+
+
+MESSAGE_FIELDS = ["role", "content", "tool_calls", "tool_call_id", "name"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), field=st.sampled_from(MESSAGE_FIELDS), value=JSON, call_field=st.booleans())
+def test_any_edit_to_a_message_is_refused_by_line_or_trains(
+    tmp_path_factory, example, tiny_tokenizer, data, field, value, call_field
+):
+    """One field of one message (or of one of its tool calls) set to any JSON value: the file is
+    refused with its file and line, or the example is left out with a warning, or it tokenizes as
+    the rollout would render it. Never a template's or tokenizer's exception."""
+
+    bad = json.loads(json.dumps(example))
+    i = data.draw(st.integers(0, len(bad["messages"]) - 1))
+    m = bad["messages"][i]
+    if call_field and m.get("tool_calls"):
+        call = m["tool_calls"][0]
+        key = data.draw(st.sampled_from(["function", "name", "arguments", "id", "type"]))
+        (call["function"] if key in ("name", "arguments") else call)[key] = value
+    else:
+        m[field] = value
+    _refused_by_line_or_trains(tmp_path_factory, example, bad, tiny_tokenizer)
 
 
 @settings(max_examples=300, deadline=None)
@@ -421,7 +428,6 @@ def test_any_order_of_messages_and_train_flags_is_refused_by_line_or_trains(
     """Messages of any roles in any order, any of them flagged trained (an example whose first
     message is a trained assistant turn raised the template's "empty conversation" ValueError): the
     file is refused by file and line, the example is left out, or it tokenizes with a trained token."""
-    from tau_env.reference_trainers.cpu_common import tokenize_sft_example
 
     messages = []
     for n, (role, text, _) in enumerate(turns):
@@ -430,17 +436,7 @@ def test_any_order_of_messages_and_train_flags_is_refused_by_line_or_trains(
             m.update(tool_call_id=f"call_{n}", name="get_card")
         messages.append(m)
     bad = {"task_id": "t", "messages": messages, "tools": [], "train": [int(t) for *_, t in turns]}
-    path = tmp_path_factory.mktemp("sft") / "data.jsonl"
-    path.write_text(json.dumps(example) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
-    try:
-        got = read_sft_jsonl([path])
-    except ResultsFolderError as e:
-        assert f"{path}:2 " in str(e)
-        return
-    tok, template = tiny_tokenizer
-    for ex in got:
-        sample = tokenize_sft_example(tok, ex, template)
-        assert len(sample.input_ids) == len(sample.loss_mask) and any(sample.loss_mask)
+    _refused_by_line_or_trains(tmp_path_factory, example, bad, tiny_tokenizer)
 
 
 def test_an_empty_file_and_examples_that_teach_nothing_are_said(tmp_path, example, caplog):
