@@ -36,6 +36,7 @@ from tau_env.reference_trainers.cpu_common import (
     load_model,
     lora_state,
     merged_state_dict,
+    unmerge_fixups,
     unmerge_into,
     why,
 )
@@ -187,7 +188,7 @@ def save_checkpoint(
     state = {
         "step": step,
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "lora": lora_state(model) if lora else {},
+        "lora": {**lora_state(model), **unmerge_fixups(model)} if lora else {},
         "torch_rng": torch.get_rng_state(),
         # the GPU's generators too (rollouts sample there): a run resumed on a GPU draws what it would have
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,

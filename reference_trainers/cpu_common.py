@@ -275,14 +275,40 @@ def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
 
 
 def unmerge_into(model: nn.Module, lora_state: dict[str, Tensor]) -> None:
-    """Load LoRA factors into a freshly wrapped ``model`` whose base weights hold them merged (a checkpoint)."""
+    """Load LoRA factors into a freshly wrapped ``model`` whose base weights hold them merged (a
+    checkpoint). ``(base + delta) - delta`` is not ``base`` in floating point (a few elements per
+    layer are an ulp off, and every resume would move the frozen base further): the elements
+    :func:`unmerge_fixups` recorded at the save are put back exactly.
+    """
     wrapped = lora_modules(model)
     with torch.no_grad():
         for name, m in wrapped.items():
             m.lora_A.copy_(lora_state[f"{name}.lora_A"])
             m.lora_B.copy_(lora_state[f"{name}.lora_B"])
-            with matmul_precision(m.base.weight.device, tf32=False):  # the exact inverse of the merge
+            with matmul_precision(m.base.weight.device, tf32=False):
                 m.base.weight.sub_(m.delta())
+            idx, val = lora_state.get(f"{name}.base_fix.idx"), lora_state.get(f"{name}.base_fix.val")
+            if idx is not None and val is not None and len(idx):  # a checkpoint of an older version has none
+                flat = m.base.weight.view(-1)
+                flat[idx.to(flat.device)] = val.to(flat.device, flat.dtype)
+
+
+def unmerge_fixups(model: nn.Module) -> dict[str, Tensor]:
+    """For each LoRA layer, the base weight's elements that merging then unmerging (as a checkpoint is
+    saved, then resumed by :func:`unmerge_into`) does not give back exactly, by flat index and value
+    (``<module>.base_fix.idx`` / ``.val``): a few per layer, so a resumed run trains the same base.
+    """
+    out: dict[str, Tensor] = {}
+    with torch.no_grad():
+        for name, m in lora_modules(model).items():
+            base = m.base.weight.detach()
+            with matmul_precision(base.device, tf32=False):  # as merged_state_dict and unmerge_into do it
+                delta = m.delta().detach()
+                back = (base + delta) - delta
+            idx = (back != base).view(-1).nonzero().view(-1)
+            out[f"{name}.base_fix.idx"] = idx.to("cpu")
+            out[f"{name}.base_fix.val"] = base.view(-1)[idx].to("cpu", copy=True)
+    return out
 
 
 def lora_state(model: nn.Module) -> dict[str, Tensor]:
