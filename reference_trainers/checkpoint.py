@@ -178,6 +178,7 @@ def save_checkpoint(
     info = {
         "format": FORMAT,
         "trainer": trainer,
+        "run_dir": str(run_dir.resolve()),  # whose checkpoints folder this is (a link may lead another run here)
         "step": step,
         "family": family,
         "agent": agent,
@@ -196,7 +197,13 @@ def save_checkpoint(
         **(extra_state or {}),
     }
     torch.save(state, tmp / STATE_FILE)
-    if final.exists():  # the same step saved again: once its readers are done with it
+    if final.exists() or final.is_symlink():  # the same step saved again: once its readers are done with it
+        if final.is_symlink() or not (final / INFO_FILE).is_file():  # put there since the run opened: not ours
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ResultsFolderError(
+                f"{final} is in the way of this run's checkpoint and is not one (no {INFO_FILE}); move it away "
+                "and run the same command again (it resumes from the last save)."
+            )
         _remove_checkpoint(final, wait=True)
     tmp.rename(final)
     (run_dir / "latest.tmp").write_text(final.name + "\n", encoding="utf-8")
@@ -329,6 +336,25 @@ def _remove_checkpoint(path: Path, *, wait: bool | float) -> bool:
 STEP_NAME = re.compile(r"step-(\d+)")
 #: What else a trainer writes in ``checkpoints/``: a checkpoint being written, a reader's lock.
 _OWN_AUX = re.compile(r"\.tmp-step-\d+|\.read-step-\d+\.lock")
+
+
+def check_out_apart(out: str | Path, checkpoint: str | Path, flag: str = "--out") -> None:
+    """Refuse an output folder ``out`` at or inside ``checkpoint`` (its files are the model's: a
+    results record replaces its config.json, any file changes its digest), or in the run's checkpoints
+    folder around it (the run saves into it, prunes and clears it), however either is spelled.
+    """
+    ckpt, where = Path(checkpoint).resolve(), Path(out).resolve()
+    if where == ckpt or ckpt in where.parents:
+        raise InvalidOptionError(
+            f"{flag} {out} is {'inside ' if where != ckpt else ''}the checkpoint being read ({ckpt}): what is "
+            "written there would replace or change the model's files; pass another " + flag + "."
+        )
+    folder = ckpt.parent
+    if STEP_NAME.fullmatch(ckpt.name) and (where == folder or folder in where.parents):
+        raise InvalidOptionError(
+            f"{flag} {out} is in the checkpoints folder of the run being read ({folder}), which the run saves "
+            "into, prunes and clears; pass another " + flag + "."
+        )
 
 
 def run_checkpoints(root: str | Path) -> list[Path]:
@@ -567,6 +593,10 @@ def _not_the_runs(out: Path, trainer: str, has_run: bool) -> list[str]:
         elif name.endswith(".jsonl"):
             if not has_run and not log_is_ours(p):
                 found.append(f"{name} (not a trainer's log)")
+            elif not has_run and name == "metrics.jsonl":  # rows mark their trainer (an older log: none)
+                marks = {r.get("trainer") for r in MetricsLog.read(p)} - {None, trainer}
+                if marks:
+                    found.append(f"{name} (a {sorted(map(str, marks))[0]} run's log)")
         elif name == "metrics.svg" and not has_run and not log_is_ours(out / "metrics.jsonl"):
             try:
                 ours = p.is_file() and not p.is_symlink() and PLOT_MARK in p.read_text(encoding="utf-8")[:2000]
@@ -738,6 +768,20 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
                     f"another --out (and --model {out} to start from it)."
                 )
         others = _not_the_runs(out, trainer, found is not None or bool(run_checkpoints(out / "checkpoints")))
+        _check_checkpoints_owner(out)
+        try:
+            entries = list((out / "checkpoints").iterdir()) if (out / "checkpoints").is_dir() else []
+        except OSError:
+            entries = []
+        taken = sorted(
+            p.name
+            for p in entries
+            if (m := STEP_NAME.fullmatch(p.name))
+            and p.name == f"step-{int(m.group(1)):06d}"  # a name a save writes
+            and (p.is_symlink() or not (p / INFO_FILE).is_file())
+        )
+        if taken:
+            others.append(f"checkpoints/{', '.join(taken[:3])}{' ...' if len(taken) > 3 else ''} (not checkpoints)")
         if others:
             raise ResultsFolderError(
                 f"{out} holds {', '.join(others)}: not this {trainer} run's, and a run there would "
@@ -765,6 +809,31 @@ def resumed_config(out: str | Path, trainer: str) -> dict[str, Any]:
         return {}
     config = info.get("config") if info.get("trainer") == trainer else None
     return config if isinstance(config, dict) else {}
+
+
+def _check_checkpoints_owner(out: Path) -> None:
+    """Refuse ``out`` when its ``checkpoints/`` (a link to another disk) holds the checkpoints of another
+    run folder that still leads there: a new run would take that run's checkpoints for its own, and
+    its ``--no-resume`` would delete them. A run folder moved or deleted since leaves them to this one.
+    """
+    me = out.resolve()
+    for ckpt in run_checkpoints(out / "checkpoints"):
+        try:
+            owner = read_info(ckpt).get("run_dir")
+        except (Error, OSError):
+            continue
+        if not isinstance(owner, str) or not owner or Path(owner) == me or not Path(owner).is_dir():
+            continue
+        try:
+            shared = (Path(owner) / "checkpoints").resolve() == (out / "checkpoints").resolve()
+        except OSError:
+            shared = False
+        if shared:
+            raise ResultsFolderError(
+                f"{out}/checkpoints ({(out / 'checkpoints').resolve()}) holds the checkpoints of the run in {owner}, "
+                "whose checkpoints/ leads there too: a run here would take them for its own. Pass another --out, "
+                "or link checkpoints/ elsewhere."
+            )
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

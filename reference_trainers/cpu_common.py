@@ -756,8 +756,9 @@ def check_resume(run_dir: str | Path, saved: dict[str, Any], now: dict[str, Any]
             return s if len(s) <= 80 else s[:77] + "..."
 
         parts = "; ".join(f"{k.replace('_', '-')}: {shown(saved[k])} there, {shown(now[k])} now" for k in diff)
+        model = " (a resume reads no --model: leave it out to continue that run)" if "model" in diff else ""
         raise ResultsFolderError(
-            f"{run_dir} holds a run with other settings ({parts}); resuming it would train with neither. "
+            f"{run_dir} holds a run with other settings ({parts}); resuming it would train with neither{model}. "
             "Pass another --out for these settings, the same settings to continue that run, or --no-resume to "
             "delete it and start over there."
         )
@@ -785,8 +786,8 @@ def config_from(cls: Any, data: dict[str, Any]) -> Any:
 class MetricsLog:
     """Appends one JSON object per step to ``metrics.jsonl`` (a resumed run keeps the earlier lines)."""
 
-    def __init__(self, path: str | Path, resume_step: int = 0):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, resume_step: int = 0, trainer: str | None = None):
+        self.path, self.trainer = Path(path), trainer  # the trainer, in every row: whose log it is
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.is_file():  # steps after the checkpoint we resume from will be redone; a torn line goes
             kept = [r for r in self.read(self.path) if r["step"] <= resume_step]
@@ -795,6 +796,8 @@ class MetricsLog:
 
     def log(self, step: int, **values: Any) -> dict[str, Any]:
         row = {"step": step, "time_s": round(time.perf_counter() - self.started, 3), **values}
+        if self.trainer:
+            row["trainer"] = self.trainer
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         return row

@@ -307,7 +307,7 @@ def collect(
     (what a round wrote there goes, once the checkpoint and the tasks have loaded). ``device``: where
     the checkpoint generates (``auto``: a GPU when torch sees one, else the CPU); not a setting.
     """
-    from tau_env.reference_trainers.checkpoint import checkpoint_digest, hold_checkpoint
+    from tau_env.reference_trainers.checkpoint import check_out_apart, checkpoint_digest, hold_checkpoint
     from tau_env.reference_trainers.cpu_common import content_digest
 
     out = Path(out)
@@ -320,6 +320,7 @@ def collect(
     lease = hold_checkpoint(checkpoint)
     try:
         checkpoint = lease.path
+        check_out_apart(out, checkpoint)  # the round's files in the model's folder would change its digest
         tasks_file = Path(tasks) if tasks is not None else None
         if tasks_file is not None and not tasks_file.is_file():
             raise InvalidOptionError(

@@ -438,6 +438,8 @@ def train(cfg: GRPOConfig) -> Path:
 
 
 def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
+    if cfg.model:  # recorded absolute: a resume from another folder names the same model, a relative one another
+        cfg = dataclasses.replace(cfg, model=os.path.abspath(os.path.expanduser(cfg.model)))
     resumed = resumed_config(cfg.out, "grpo") if cfg.resume else {}
     if not cfg.retrieval and resumed.get("retrieval"):  # the run resumed plays as it played (--model may be gone)
         cfg = dataclasses.replace(cfg, retrieval=str(resumed["retrieval"]))
@@ -498,7 +500,7 @@ def _train(cfg: GRPOConfig, stack: ExitStack) -> Path:
         served = sync.served_model(cfg.rollout_model)  # the server answers before anything is deleted
     if not cfg.resume:
         run.clear()  # starting over: the run there goes, now that this one's model and server are there
-    metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
+    metrics = MetricsLog(out / "metrics.jsonl", resume_step=start, trainer="grpo")
     saved = out / "rollouts.jsonl"  # a resumed run redoes the steps after its checkpoint
     kept = [r for r in MetricsLog.read(saved) if r["step"] <= start] if start and saved.is_file() else []
     saved.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 import warnings
@@ -238,6 +239,8 @@ def train(cfg: SFTConfig) -> Path:
 
 
 def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
+    if cfg.model:  # recorded absolute: a resume from another folder names the same model, a relative one another
+        cfg = replace(cfg, model=os.path.abspath(os.path.expanduser(cfg.model)))
     set_threads(cfg.threads or None)
     torch.manual_seed(cfg.seed % 2**64)  # torch takes 0 .. 2**64 - 1
     random.seed(cfg.seed)
@@ -325,7 +328,7 @@ def _train(cfg: SFTConfig, stack: ExitStack) -> Path:
         restore_rng(ckpt.state)
     if not cfg.resume:
         run.clear()  # starting over: the run there goes, now that this one's data and model have loaded
-    metrics = MetricsLog(out / "metrics.jsonl", resume_step=start)
+    metrics = MetricsLog(out / "metrics.jsonl", resume_step=start, trainer="sft")
     lora = (
         {
             "rank": cfg.lora_rank,

@@ -356,18 +356,9 @@ def _eval(args: argparse.Namespace, held: list[Any]) -> int:
     out = args.out or Path("runs") / f"{domain}-{agent_name.replace('/', '_')}-{stamp}"
     _usable(out, "--out")
     if checkpoint:  # results written into the checkpoint (or its run's checkpoints/) replace or lose files there
-        ckpt = Path(args.agent_checkpoint).resolve()
-        where = out.resolve()
-        if where == ckpt or ckpt in where.parents:
-            raise InvalidOptionError(
-                f"--out {out} is {'inside ' if ckpt in where.parents else ''}the checkpoint being evaluated "
-                f"({ckpt}): its results would replace the model's files; pass another --out."
-            )
-        if where == ckpt.parent and Path(args.agent_checkpoint).parent.name == "checkpoints":
-            raise InvalidOptionError(
-                f"--out {out} is the checkpoints folder of the run being evaluated, which the run prunes and "
-                "clears; pass another --out."
-            )
+        from tau_env.reference_trainers.checkpoint import check_out_apart
+
+        check_out_apart(out, args.agent_checkpoint)
     make_kwargs: dict[str, Any] = {**_domain_kwargs(args, domain)}
     if args.max_steps is not None:
         make_kwargs["max_steps"] = args.max_steps

@@ -580,3 +580,23 @@ def test_restart_removes_only_a_rounds_own_files(tmp_path):
     again = dagger.collect(ckpt, out, restart=True, **{**kw, "max_steps": 5})
     assert again["resumed_episodes"] == 0 and again["episodes"] == 1
     assert not (out / "episodes").is_symlink() and any((elsewhere / "episodes").iterdir())
+
+
+@pytest.mark.parametrize("where", ["at", "inside", "next_step"])
+def test_a_round_is_never_written_into_the_checkpoint_or_its_runs_checkpoints(sft_run, tmp_path, where):
+    # the round's files in the model's folder changed its digest: the same round and its evaluations
+    # were then refused as of other settings
+    from tau_env.reference_trainers import dagger
+    from tau_env.reference_trainers.checkpoint import checkpoint_digest
+
+    from tau_env.error import InvalidOptionError
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run[0], run)
+    ckpt = run / "checkpoints" / "step-000001"
+    digest = checkpoint_digest(ckpt)
+    out = {"at": ckpt, "inside": ckpt / "round", "next_step": run / "checkpoints" / "step-000002"}[where]
+    with pytest.raises(InvalidOptionError, match="the checkpoint being read|the checkpoints folder of the run"):
+        dagger.collect(ckpt, out, task_ids=[TASK], max_steps=4)
+    assert checkpoint_digest(ckpt) == digest and not (ckpt / "round").exists()
+    assert not (run / "checkpoints" / "step-000002").exists()

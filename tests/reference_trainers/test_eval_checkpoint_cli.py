@@ -470,22 +470,33 @@ def test_a_finished_run_whose_metrics_log_is_gone_resumes_without_a_traceback(sf
     assert sft.train(cfg).name == "step-000001"
 
 
-@pytest.mark.parametrize("where", ["step", "inside", "checkpoints", "model"])
-def test_results_are_never_written_into_the_checkpoint_or_a_model_folder(sft_run, tmp_path, capsys, where):
-    # the results' config.json over the model's made the checkpoint unloadable (a hostile user's report)
+@pytest.mark.parametrize("given", ["run", "link"])
+@pytest.mark.parametrize("where", ["step", "inside", "checkpoints", "next_step", "model"])
+def test_results_are_never_written_into_the_checkpoint_or_a_model_folder(sft_run, tmp_path, capsys, where, given):
+    # the results' config.json over the model's made the checkpoint unloadable; results in the run's
+    # checkpoints/ (step-N a later save writes, reached through a link to the checkpoint) were lost
     run = tmp_path / "run"
     shutil.copytree(sft_run[0], run)
     step = run / "checkpoints" / "step-000001"
     before = {p.name: p.read_bytes() for p in step.iterdir()}
     other = tmp_path / "other_model"  # a model folder that is not the one evaluated
     shutil.copytree(step, other)
-    out = {"step": step, "inside": step / "results", "checkpoints": run / "checkpoints", "model": other}[where]
-    code, err = _eval(capsys, "--agent-checkpoint", str(run), *ARGS, "--out", str(out))
+    (tmp_path / "link").symlink_to(step)
+    out = {
+        "step": step,
+        "inside": step / "results",
+        "checkpoints": run / "checkpoints",
+        "next_step": run / "checkpoints" / "step-000009",
+        "model": other,
+    }[where]
+    ckpt = str(run) if given == "run" else str(tmp_path / "link")
+    code, err = _eval(capsys, "--agent-checkpoint", ckpt, *ARGS, "--out", str(out))
     assert code == 2 and "Traceback" not in err and "another --out" in err
     named = {
-        "step": "is the checkpoint being evaluated",
-        "inside": "is inside the checkpoint being evaluated",
-        "checkpoints": "is the checkpoints folder of the run being evaluated",
+        "step": "is the checkpoint being read",
+        "inside": "is inside the checkpoint being read",
+        "checkpoints": "is in the checkpoints folder of the run being read",
+        "next_step": "is in the checkpoints folder of the run being read",
         "model": "holds a config.json that is a model's (model_type), not tau_env's",
     }[where]
     assert named in err

@@ -123,7 +123,7 @@ def test_two_runs_whose_checkpoints_links_lead_to_one_folder_are_refused(tiny_an
     (second / "checkpoints").unlink(missing_ok=True)
     (second / "checkpoints").symlink_to(first / "checkpoints")
     (first / "checkpoints").unlink()
-    shutil.copytree(store, first / "checkpoints")
+    (first / "checkpoints").mkdir()
     held = open_run_dir(first, "sft")
     try:
         with pytest.raises(ResultsFolderError, match="is in use by another run"):
@@ -554,3 +554,91 @@ def test_fewer_steps_than_done_and_a_task_named_twice_are_said(tiny_and_data, tm
     with caplog.at_level("WARNING"):
         assert grpo.task_pool(cfg) == ["found_card_unlock", "travel_notice_simple"]
     assert any("names 1 task(s) more than once" in r.getMessage() for r in caplog.records)
+
+
+def test_a_folder_in_the_way_of_a_checkpoint_is_refused_not_deleted(tiny_and_data, tmp_path):
+    # save_checkpoint deleted whatever sat at checkpoints/step-N, a user's folder or eval results too
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step-000001").mkdir(parents=True)
+    (out / "checkpoints" / "step-000001" / "notes.txt").write_text("mine")
+    with pytest.raises(ResultsFolderError, match=r"checkpoints/step-000001 \(not checkpoints\)"):
+        sft.train(_cfg(model, data, out, steps=1))
+    assert (out / "checkpoints" / "step-000001" / "notes.txt").read_text() == "mine"
+    # one put there while the run trains: the save stops with it named, nothing deleted, and the same
+    # command resumes once it is moved away
+    out2 = tmp_path / "run2"
+    sft.train(_cfg(model, data, out2, steps=1))
+    (out2 / "checkpoints" / "step-000002").mkdir()
+    (out2 / "checkpoints" / "step-000002" / "notes.txt").write_text("mine")
+    from tau_env.reference_trainers.checkpoint import save_checkpoint
+
+    ckpt = load_checkpoint(out2)
+    with pytest.raises(ResultsFolderError, match="step-000002 is in the way of this run's checkpoint"):
+        save_checkpoint(
+            out2, 2, model=ckpt.model, tokenizer=ckpt.tokenizer, chat_template=ckpt.chat_template, trainer="sft",
+            config=ckpt.info["config"], family=ckpt.info["family"], agent=ckpt.info["agent"],
+        )  # fmt: skip
+    assert (out2 / "checkpoints" / "step-000002" / "notes.txt").read_text() == "mine"
+    assert latest_checkpoint(out2).name == "step-000001"
+    assert not list((out2 / "checkpoints").glob(".tmp-*"))
+
+
+def test_a_relative_model_is_recorded_as_the_folder_it_named(tiny_and_data, tmp_path, monkeypatch):
+    # recorded as typed, a resume from another folder with the model's absolute path was refused (and
+    # pointed at --no-resume), and the same relative name from another folder was taken for the same model
+    model, data = tiny_and_data
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copytree(model, work / "tiny")
+    monkeypatch.chdir(work)
+    out = tmp_path / "run"
+    sft.train(_cfg("tiny", data, out, steps=1))
+    assert load_checkpoint(out).info["config"]["model"] == str(work / "tiny")
+    monkeypatch.chdir(tmp_path)
+    assert sft.train(_cfg(work / "tiny", data, out, steps=2)).name == "step-000002"
+    other = tmp_path / "tiny"  # another folder of that name, here
+    shutil.copytree(model, other)
+    with pytest.raises(ResultsFolderError, match="a resume reads no --model: leave it out to continue that run"):
+        sft.train(_cfg("tiny", data, out, steps=3))
+
+
+def test_a_new_run_whose_checkpoints_link_leads_to_another_runs_is_refused(tiny_and_data, tmp_path):
+    # one after the other (no lock held): b took a's checkpoints for its own, and b's --no-resume deleted them
+    model, data = tiny_and_data
+    disk = tmp_path / "disk2" / "ck"
+    disk.mkdir(parents=True)
+    a, b = tmp_path / "s" / "a", tmp_path / "s" / "b"
+    a.mkdir(parents=True), b.mkdir()
+    (a / "checkpoints").symlink_to("../../disk2/ck")  # relative
+    (b / "checkpoints").symlink_to(disk)  # absolute: the same folder
+    sft.train(_cfg(model, data, a, steps=2))
+    before = sorted(p.name for p in disk.iterdir())
+    for resume in (True, False):
+        with pytest.raises(ResultsFolderError, match=r"holds the checkpoints of the run in .*/s/a"):
+            sft.train(_cfg(model, data, b, steps=1, lr=1e-3, resume=resume))
+        assert sorted(p.name for p in disk.iterdir()) == before
+    assert sft.train(_cfg(model, data, a, steps=3)).name == "step-000003"  # a goes on with its own
+    # a moved away (its folder gone): its checkpoints are left to b
+    shutil.rmtree(a)
+    assert sft.train(_cfg(model, data, b, steps=1, resume=False)).name == "step-000001"
+
+
+def test_a_run_killed_before_its_first_save_is_not_taken_over_by_the_other_trainer(tiny_and_data, tmp_path):
+    # GRPO emptied the log of an SFT run killed before its first checkpoint, and the SFT command was
+    # then refused in its own folder
+    model, data = tiny_and_data
+    out = tmp_path / "run"
+    sft.train(_cfg(model, data, out, steps=2))
+    shutil.rmtree(out / "checkpoints")
+    (out / "latest").unlink()
+    log = (out / "metrics.jsonl").read_text()
+    assert all(json.loads(x)["trainer"] == "sft" for x in log.splitlines())
+    cfg = grpo.GRPOConfig(
+        model=str(model), out=str(out), task_ids=["found_card_unlock"], steps=1, tasks_per_step=1, group_size=2,
+        max_steps=3, max_new_tokens=4, retrieval="none", progress=False, device="cpu",
+    )  # fmt: skip
+    with pytest.raises(ResultsFolderError, match=r"holds metrics.jsonl \(a sft run's log\)"):
+        grpo.train(cfg)
+    assert (out / "metrics.jsonl").read_text() == log
+    assert sft.train(_cfg(model, data, out, steps=2)).name == "step-000002"  # its own command goes on
