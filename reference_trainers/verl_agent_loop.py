@@ -21,10 +21,12 @@ off agent tokens), ``reward_score`` the episode's reward (veRL puts it on the la
 
 Settings (keyword arguments of the loop, given as extra keys of the agent-loop YAML that
 ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` names; see
-``reference_trainers/configs/tau_agent_loop.yaml``): ``family`` (``qwen``/``smollm2``/``hermes``,
-how tool calls print), ``chat_template`` (None: the family's), ``user`` (``scripted`` or ``llm``),
-``user_model``, ``user_base_url``, ``user_api_key_env``, ``user_temperature``, ``max_new_tokens``
-(per agent turn), ``loop_limit``. A row's ``extra_info.user`` overrides ``user``.
+``reference_trainers/configs/tau_agent_loop.yaml``): ``family`` (``auto``, the default: the
+tokenizer's, as the SFT data and the CPU trainers pick it; or ``qwen``/``smollm2``/``hermes``: how
+tool calls print and which tool template renders), ``chat_template`` (None: the family's),
+``user`` (``scripted`` or ``llm``), ``user_model``, ``user_base_url``, ``user_api_key_env``,
+``user_temperature``, ``max_new_tokens`` (per agent turn), ``loop_limit``. A row's
+``extra_info.user`` overrides ``user``.
 
 The response budget: the whole multi-turn response (generated turns and the env's additions between
 them) must fit in ``rollout.response_length``; it ends with the last agent turn (what the env said
@@ -100,7 +102,7 @@ class VerlTokenPolicy(TokenPolicy):
                 raise InvalidOptionError(
                     f"actor_rollout_ref.rollout.response_length is {self.response_length}: an agent turn needs more "
                     f"than the chat template's {end} end-of-turn tokens; give it room for a whole episode's agent "
-                    "turns and env messages (the recipe's overlay: 8192)."
+                    "turns and env messages (the recipe's overlay sets data.max_response_length)."
                 )
             max_new_tokens = min(max_new_tokens, self.max_context - len(prompt) - end)
         max_new_tokens = max(1, min(max_new_tokens, self.max_context - len(prompt)))
@@ -195,7 +197,8 @@ def to_output(
             f"The first {prompt_length} tokens hold generated tokens: prompt_length must be the first prompt's length."
         )
     response = ids[prompt_length:]
-    truncated = len(response) > response_length
+    # the budget ran out: no room for a turn (the policy stopped the agent's part), or a turn cut to fill it
+    truncated = bool(traj.info.get("context_overflow")) or len(response) >= response_length
     response_mask = mask[prompt_length:][:response_length]
     info = {
         "acc": float(reward),
@@ -231,12 +234,14 @@ LOOP_SETTINGS = (
 )
 
 
-def _check_loop_settings(extra: dict[str, Any], *, family: str, user: str) -> None:
+def _check_loop_settings(extra: dict[str, Any], *, family: str, user: str, **values: Any) -> None:
     """Refuse a tau_agent loop setting that is a misspelling of one of ours (veRL passes any other key
     through to its base class, which takes anything: ``max_new_token: 64`` would silently run with
-    1024), an unknown family or user kind.
+    1024), an unknown family or user kind, and a value the loop cannot run with (``values``: any of
+    ``user_model``, ``max_new_tokens``, ``loop_limit``, ``user_temperature``).
     """
     import difflib
+    import math
 
     from tau_env.reference_trainers.rollout import FAMILIES
 
@@ -247,10 +252,38 @@ def _check_loop_settings(extra: dict[str, Any], *, family: str, user: str) -> No
                 f"tau_agent loop setting {key!r} is not one (did you mean {close[0]!r}?): fix it in "
                 "tau_agent_loop.yaml; its settings are " + ", ".join(LOOP_SETTINGS) + "."
             )
-    if family not in FAMILIES:
-        raise InvalidOptionError(f"tau_agent loop: family must be one of {', '.join(FAMILIES)}, not {family!r}.")
+    if family not in (*FAMILIES, "auto"):
+        raise InvalidOptionError(
+            f"tau_agent loop: family must be auto or one of {', '.join(FAMILIES)}, not {family!r}."
+        )
     if user not in ("scripted", "llm"):
         raise InvalidOptionError(f"tau_agent loop: user must be 'scripted' or 'llm', not {user!r}.")
+    if user == "llm" and "user_model" in values and not values["user_model"]:
+        raise InvalidOptionError("tau_agent loop: user 'llm' needs user_model (and user_base_url), the simulator.")
+
+    def whole(name: str, low: int, none_ok: bool = False) -> None:
+        v = values.get(name)
+        if name not in values or (v is None and none_ok):
+            return
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InvalidOptionError(f"tau_agent loop: {name} must be a whole number of at least {low}, not {v!r}.")
+
+    whole("max_new_tokens", 1)
+    whole("loop_limit", 1, none_ok=True)
+    t = values.get("user_temperature", 0.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        raise InvalidOptionError(f"tau_agent loop: user_temperature must be a number >= 0, not {t!r}.")
+
+
+def loop_family(family: str, tokenizer: Any) -> str:
+    """The tool template family the loop renders with: ``auto`` is the tokenizer's, as the SFT data
+    (``data.tau_family: null``) and the CPU trainers pick it, so SFT and RL see one prompt format.
+    """
+    if family != "auto":
+        return family
+    from tau_env.reference_trainers.cpu_common import tokenizer_family
+
+    return tokenizer_family(tokenizer)
 
 
 @register(AGENT_LOOP)
@@ -260,7 +293,7 @@ class TauAgentLoop(AgentLoopBase):
     def __init__(
         self,
         *args: Any,
-        family: str = "hermes",
+        family: str = "auto",
         chat_template: str | None = None,
         user: str = "scripted",
         user_model: str | None = None,
@@ -271,12 +304,20 @@ class TauAgentLoop(AgentLoopBase):
         loop_limit: int | None = DEFAULT_LOOP_LIMIT,
         **kwargs: Any,
     ):
-        _check_loop_settings(kwargs, family=family, user=user)
+        _check_loop_settings(
+            kwargs,
+            family=family,
+            user=user,
+            user_model=user_model,
+            max_new_tokens=max_new_tokens,
+            loop_limit=loop_limit,
+            user_temperature=user_temperature,
+        )
         super().__init__(*args, **kwargs)
         from tau_env.reference_trainers.verl_plugins import require_registered
 
         require_registered()
-        self.family, self.chat_template = family, chat_template
+        self.family, self.chat_template = loop_family(family, self.tokenizer), chat_template
         self.user_kind, self.user_model, self.user_base_url = user, user_model, user_base_url
         self.user_api_key_env, self.user_temperature = user_api_key_env, float(user_temperature)
         self.max_new_tokens, self.loop_limit = int(max_new_tokens), loop_limit
@@ -298,6 +339,12 @@ class TauAgentLoop(AgentLoopBase):
         """Play the row's episode and return its token trajectory with the grader's reward."""
         spec = episode_spec(kwargs.get("extra_info"))
         env = make_env(spec)
+        try:
+            return await self._play(env, spec, sampling_params)
+        finally:
+            env.close()  # one env per sample: its database goes with the episode
+
+    async def _play(self, env: tau_env.TauEnv, spec: EpisodeSpec, sampling_params: dict[str, Any]) -> AgentLoopOutput:
         policy = VerlTokenPolicy(
             self.tokenizer,
             self.server_manager,

@@ -299,6 +299,8 @@ def check_config(cfg: Any, *, is_cap: float | None = None, mask_delta: float | N
                 problems.append(f"algorithm.rollout_correction.{key} is {got!r}, expected {want[key]!r}")
     problems += _threshold_problems(rc)
     problems += agent_loop_file_problems(_get(cfg, "actor_rollout_ref.rollout.agent.agent_loop_config_path"))
+    problems += _data_problems(cfg)
+    problems += _verl_validation_problems(cfg)
     n = _get(cfg, "actor_rollout_ref.rollout.n")
     if n is not None and not (isinstance(n, int) and n >= 2):
         problems.append(
@@ -307,6 +309,54 @@ def check_config(cfg: Any, *, is_cap: float | None = None, mask_delta: float | N
         )
     if problems:
         raise PluginNotRegistered("The veRL config does not run tau_env's GRPO: " + "; ".join(problems) + ".")
+
+
+def _data_problems(cfg: Any) -> list[str]:
+    """Whether ``data.train_files`` (local parquet files) hold a whole ``data.train_batch_size`` of rows:
+    veRL's loader drops the last partial batch, so fewer rows run 0 steps (and end in a
+    ZeroDivisionError once Ray, vLLM and the model have started). Remote paths are not read.
+    """
+    files, batch = _get(cfg, "data.train_files"), _get(cfg, "data.train_batch_size")
+    if not files or isinstance(batch, bool) or not isinstance(batch, int):
+        return []
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return []
+    paths = [files] if isinstance(files, str) else [str(f) for f in files]
+    rows = 0
+    for path in paths:
+        if "://" in path:  # hdfs://, s3://: veRL copies them down itself
+            return []
+        try:
+            rows += pq.ParquetFile(path).metadata.num_rows
+        except Exception as e:  # missing, not parquet (pyarrow's ArrowInvalid), unreadable
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            return [f"data.train_files {path}: cannot be read as parquet ({first[:160]})"]
+    if rows < batch:
+        return [
+            f"data.train_files hold {rows} row(s), fewer than data.train_batch_size={batch}: veRL drops a last "
+            f"partial batch, so the run would make no step; set data.train_batch_size={rows} or less, or write rows "
+            "of more tasks (python -m tau_env.reference_trainers.verl_data rl ENV OUT --tasks a synthesis run's file)"
+        ]
+    return []
+
+
+def _verl_validation_problems(cfg: Any) -> list[str]:
+    """What veRL's own ``validate_config`` (as ``main_ppo`` runs it after the workers are placed)
+    refuses in the composed config, said before any worker starts.
+    """
+    try:
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import validate_config
+    except ImportError:  # another veRL layout: main_ppo says it
+        return []
+    try:
+        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except Exception as e:  # its checks are asserts and ValueErrors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return [f"veRL's own validation (as main_ppo runs it) refuses it: {first[:300]}"]
+    return []
 
 
 def _threshold_problems(rc: Mapping[str, Any]) -> list[str]:
@@ -362,14 +412,22 @@ def agent_loop_file_problems(path: Any) -> list[str]:
     if entry is None:
         return [f"{where} {path}: no entry named {AGENT_LOOP!r} (a YAML list of agent loops)"]
     settings = {k: v for k, v in entry.items() if k not in ("name", "_target_")}
+    VALUE_SETTINGS = ("user_model", "max_new_tokens", "loop_limit", "user_temperature")  # noqa: N806
+    unknown = sorted(k for k in settings if k not in LOOP_SETTINGS)
     try:
         _check_loop_settings(
-            {k: v for k, v in settings.items() if k not in LOOP_SETTINGS},
-            family=settings.get("family", "hermes"),
+            {k: settings[k] for k in unknown},
+            family=settings.get("family", "auto"),
             user=settings.get("user", "scripted"),
+            **{k: settings[k] for k in VALUE_SETTINGS if k in settings},
         )
     except InvalidOptionError as e:
         return [f"{where} {path}: {e}"]
+    if unknown:  # the file holds the loop's settings only (veRL's own reach the loop otherwise): not ignored
+        return [
+            f"{where} {path}: {', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} no setting of the "
+            f"tau_agent loop (its settings: {', '.join(LOOP_SETTINGS)})"
+        ]
     return []
 
 

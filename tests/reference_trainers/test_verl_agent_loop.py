@@ -143,6 +143,39 @@ def test_turns_are_capped_by_the_response_budget(model):
     assert all(len(p) + c["max_tokens"] <= first_prompt + 300 for _, p, c in server.calls)
     # every turn leaves room for the template's end of a turn cut at its limit ("<|im_end|>\n"), the first too
     assert server.calls[0][2]["max_tokens"] <= 300 - 2
+    # the episode ran out of budget: said as truncated, not as a plain failure
+    assert list(out.non_tensor_batch["truncated"]) == [1.0]
+
+
+def test_an_episode_within_budget_is_not_truncated_and_every_env_is_closed(model, monkeypatch):
+    from tau_env.reference_trainers import verl_agent_loop
+
+    path, tok = model
+    made, real = [], verl_agent_loop.make_env
+
+    def counted(spec):
+        env = real(spec)
+        made.append(env)
+        return env
+
+    monkeypatch.setattr(verl_agent_loop, "make_env", counted)
+    with tau_env.registry.scoped():
+        tau_env.register("tiny-v0", make_domain)
+        rows = verl_data.rl_rows("tiny-v0", task_ids=["restock"]) * 2
+    out = _run(_config(path), ScriptedServer(tok, [GOOD, BAD]), rows)
+    assert list(out.non_tensor_batch["truncated"]) == [0.0, 0.0]
+    assert len(made) == 2 and all(env.__dict__["_closed"] for env in made)
+
+
+def test_auto_family_is_the_one_the_sft_data_picks(model):
+    from tau_env.reference_trainers.cpu_common import tokenizer_family
+    from tau_env.reference_trainers.verl_agent_loop import loop_family
+
+    _, tok = model
+    assert loop_family("auto", tok) == tokenizer_family(tok)  # verl_data's TauSFTDataset with tau_family null
+    assert loop_family("hermes", tok) == "hermes"
+    text = (CONFIGS / "tau_agent_loop.yaml").read_text()
+    assert "\n  family: auto\n" in text  # the overlay's default: SFT and RL render with one tool template
 
 
 def test_to_output_refuses_a_prompt_holding_generated_tokens():
@@ -239,7 +272,11 @@ def test_llm_user_needs_a_model():
     [
         ({"max_new_token": 64}, "'max_new_token' is not one (did you mean 'max_new_tokens'?)"),
         ({"usr": "llm"}, "'usr' is not one (did you mean 'user'?)"),
-        ({"family": "llama"}, "family must be one of"),
+        ({"family": "llama"}, "family must be auto or one of"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be a whole number of at least 1, not 0"),
+        ({"max_new_tokens": "lots"}, "max_new_tokens must be a whole number of at least 1, not 'lots'"),
+        ({"user": "llm"}, "user 'llm' needs user_model"),
+        ({"user_temperature": -1}, "user_temperature must be a number >= 0"),
         ({"user": "human"}, "user must be 'scripted' or 'llm'"),
     ],
 )

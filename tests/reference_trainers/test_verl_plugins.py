@@ -140,8 +140,20 @@ def test_verl_rollout_rejection_is_our_rollout_mask(shift, delta):
         assert bool(kept.sum() > 0) == bool(ours[0] == 1)
 
 
-def test_config_overlay_composes_on_verls_base():
-    cfg = vp.compose_config(str(CONFIGS), "tau_grpo", ["actor_rollout_ref.model.path=/nowhere"])
+def _rows(path, n: int = 64):
+    """A parquet of ``n`` rows at ``path``: the start-up check reads how many rows train_files hold."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": list(range(n))}), str(path))
+    return path
+
+
+def test_config_overlay_composes_on_verls_base(tmp_path):
+    train = _rows(tmp_path / "rl.parquet")
+    cfg = vp.compose_config(
+        str(CONFIGS), "tau_grpo", ["actor_rollout_ref.model.path=/nowhere", f"data.train_files={train}"]
+    )
     assert cfg.actor_rollout_ref.rollout.n == 8
     assert cfg.data.train_batch_size == 64 == cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
@@ -268,7 +280,7 @@ def test_the_launchers_pass_paths_with_hydra_syntax_in_them_as_one_value(tmp_pat
 
     odd = tmp_path / "run (copy), it's=[1] $x {y} \\'"
     odd.mkdir()
-    model, train = odd / "model", odd / "rl.parquet"
+    model, train = odd / "model", _rows(odd / "rl.parquet")
     launched = tmp_path / "launched.txt"
     stub = tmp_path / "python"  # the real Python for the start-up check; veRL's launcher only recorded
     stub.write_text(
@@ -401,7 +413,7 @@ def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
 
     odd = tmp_path / "run(1),it's$x{y}\\"
     odd.mkdir()
-    model, train = odd / "model", odd / "rl.parquet"
+    model, train = odd / "model", _rows(odd / "rl.parquet")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     entry = tmp_path / "entry.txt"
@@ -506,16 +518,65 @@ def test_the_start_up_check_reads_the_agent_loop_file(tmp_path, capsys):
     cases = {
         tmp_path / "missing.yaml": "cannot be read as YAML",
         tmp_path / "typo.yaml": "'max_new_token' is not one",
-        tmp_path / "family.yaml": "family must be one of",
+        tmp_path / "family.yaml": "family must be auto or one of",
         tmp_path / "other.yaml": "no entry named 'tau_agent'",
+        # values the workers refused only at their first rollout, and a key that reached no one
+        tmp_path / "llm.yaml": "user 'llm' needs user_model",
+        tmp_path / "lots.yaml": "max_new_tokens must be a whole number of at least 1, not 'lots'",
+        tmp_path / "zero.yaml": "max_new_tokens must be a whole number of at least 1, not 0",
+        tmp_path / "top_k.yaml": "'top_k' is no setting of the tau_agent loop",
     }
     (tmp_path / "typo.yaml").write_text(good.replace("max_new_tokens:", "max_new_token:"))
-    (tmp_path / "family.yaml").write_text(good.replace("family: qwen", "family: llama"))
+    (tmp_path / "family.yaml").write_text(good.replace("family: auto", "family: llama"))
     (tmp_path / "other.yaml").write_text(good.replace("name: tau_agent", "name: other"))
-    base = ["--config-dir", str(CONFIGS), "--config-name", "tau_grpo", "--", "actor_rollout_ref.model.path=/m"]
+    (tmp_path / "llm.yaml").write_text(good.replace("user: scripted", "user: llm"))
+    (tmp_path / "lots.yaml").write_text(good.replace("max_new_tokens: 1024", "max_new_tokens: lots"))
+    (tmp_path / "zero.yaml").write_text(good.replace("max_new_tokens: 1024", "max_new_tokens: 0"))
+    (tmp_path / "top_k.yaml").write_text(good + "  top_k: 5\n")
+    train = _rows(tmp_path / "rl.parquet")
+    base = [
+        "--config-dir", str(CONFIGS), "--config-name", "tau_grpo", "--", "actor_rollout_ref.model.path=/m",
+        f"data.train_files={train}",
+    ]  # fmt: skip
     key = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
     assert vp.main([*base, f"{key}={CONFIGS / 'tau_agent_loop.yaml'}"]) == 0
     capsys.readouterr()
     for path, said in cases.items():
         assert vp.main([*base, f"{key}={path}"]) == 2
         assert said in capsys.readouterr().err
+
+
+def test_the_start_up_check_counts_the_training_rows_and_runs_verls_own_validation(tmp_path, capsys):
+    # 63 rows (Harbor Bank's tasks) at the recipe's 64 per batch: veRL made 0 steps, then divided by 0
+    # after Ray, vLLM and the model had started; and veRL's validate_config refused the overlay itself
+    key = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+    base = [
+        "--config-dir", str(CONFIGS), "--config-name", "tau_grpo", "--", "actor_rollout_ref.model.path=/m",
+        f"{key}={CONFIGS / 'tau_agent_loop.yaml'}", "trainer.n_gpus_per_node=8",
+    ]  # fmt: skip
+    few = _rows(tmp_path / "few.parquet", 63)
+    assert vp.main([*base, f"data.train_files={few}"]) == 2
+    err = capsys.readouterr().err
+    assert "data.train_files hold 63 row(s), fewer than data.train_batch_size=64" in err
+    assert vp.main([*base, f"data.train_files={few}", "data.train_batch_size=63"]) == 2  # 63 x 8 on 8 GPUs: veRL
+    assert "veRL's own validation" in capsys.readouterr().err
+    assert (
+        vp.main(
+            [
+                *base,
+                f"data.train_files={few}",
+                "data.train_batch_size=32",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert vp.main([*base, f"data.train_files={tmp_path / 'missing.parquet'}"]) == 2
+    assert "cannot be read as parquet" in capsys.readouterr().err
+    assert vp.main([*base, f"data.train_files={_rows(tmp_path / 'rl.parquet')}"]) == 0
+    # the overlay passes veRL's own validation as the launch scripts compose it (micro-batches set)
+    assert "config checked" in capsys.readouterr().out
+    for unset in ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",):
+        assert vp.main([*base, f"data.train_files={tmp_path / 'rl.parquet'}", unset]) == 2
+        assert "veRL's own validation (as main_ppo runs it) refuses it" in capsys.readouterr().err
