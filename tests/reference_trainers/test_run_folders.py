@@ -460,13 +460,18 @@ def test_a_folder_whose_run_named_files_are_not_a_run_is_refused_and_nothing_is_
         assert (out / name).read_text() == text
 
 
-def test_a_run_killed_before_its_first_save_is_still_its_own(tiny_and_data, tmp_path):
-    # its log and plot, with no checkpoint yet, are a run's: resumed or started over, not refused
-    model, data = tiny_and_data
-    out = tmp_path / "run"
+def _killed_before_its_first_save(model, data, out: Path) -> Path:
+    """An SFT run in ``out`` as a kill before its first save leaves it: its log and plot, no checkpoint."""
     sft.train(_cfg(model, data, out, steps=2))
     shutil.rmtree(out / "checkpoints")
     (out / "latest").unlink()
+    return out
+
+
+def test_a_run_killed_before_its_first_save_is_still_its_own(tiny_and_data, tmp_path):
+    # its log and plot, with no checkpoint yet, are a run's: resumed or started over, not refused
+    model, data = tiny_and_data
+    out = _killed_before_its_first_save(model, data, tmp_path / "run")
     assert (out / "metrics.jsonl").is_file() and (out / "metrics.svg").is_file()
     assert sft.train(_cfg(model, data, out, steps=1)).name == "step-000001"
     (out / "metrics.jsonl").unlink()  # the plot alone is known by its mark
@@ -628,10 +633,7 @@ def test_a_run_killed_before_its_first_save_is_not_taken_over_by_the_other_train
     # GRPO emptied the log of an SFT run killed before its first checkpoint, and the SFT command was
     # then refused in its own folder
     model, data = tiny_and_data
-    out = tmp_path / "run"
-    sft.train(_cfg(model, data, out, steps=2))
-    shutil.rmtree(out / "checkpoints")
-    (out / "latest").unlink()
+    out = _killed_before_its_first_save(model, data, tmp_path / "run")
     log = (out / "metrics.jsonl").read_text()
     assert all(json.loads(x)["trainer"] == "sft" for x in log.splitlines())
     cfg = grpo.GRPOConfig(
