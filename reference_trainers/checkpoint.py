@@ -350,7 +350,13 @@ def check_out_apart(out: str | Path, checkpoint: str | Path, flag: str = "--out"
             "written there would replace or change the model's files; pass another " + flag + "."
         )
     folder = ckpt.parent
-    if STEP_NAME.fullmatch(ckpt.name) and (where == folder or folder in where.parents):
+    try:  # the run that saved it: its checkpoints folder is this one only while the checkpoint is still there
+        run_dir = read_info(ckpt).get("run_dir")
+        saved_here = isinstance(run_dir, str) and bool(run_dir) and (Path(run_dir) / "checkpoints").resolve() == folder
+    except (Error, OSError):
+        saved_here = False
+    in_a_run = STEP_NAME.fullmatch(ckpt.name) and (folder.name == "checkpoints" or saved_here)
+    if in_a_run and (where == folder or folder in where.parents):
         raise InvalidOptionError(
             f"{flag} {out} is in the checkpoints folder of the run being read ({folder}), which the run saves "
             "into, prunes and clears; pass another " + flag + "."

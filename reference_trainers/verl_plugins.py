@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -316,28 +315,41 @@ def _data_problems(cfg: Any) -> list[str]:
     veRL's loader drops the last partial batch, so fewer rows run 0 steps (and end in a
     ZeroDivisionError once Ray, vLLM and the model have started). Remote paths are not read.
     """
-    files, batch = _get(cfg, "data.train_files"), _get(cfg, "data.train_batch_size")
+    import glob
+
+    files = _get(cfg, "data.train_files")
+    batch = _get(cfg, "data.gen_batch_size") or _get(cfg, "data.train_batch_size")  # what veRL's loader draws
     if not files or isinstance(batch, bool) or not isinstance(batch, int):
         return []
     try:
         import pyarrow.parquet as pq
     except ImportError:
         return []
-    paths = [files] if isinstance(files, str) else [str(f) for f in files]
     rows = 0
-    for path in paths:
-        if "://" in path:  # hdfs://, s3://: veRL copies them down itself
+    for given in [files] if isinstance(files, str) else [str(f) for f in files]:
+        if "://" in given:  # hdfs://, s3://: veRL copies them down itself
             return []
-        try:
-            rows += pq.ParquetFile(path).metadata.num_rows
-        except Exception as e:  # missing, not parquet (pyarrow's ArrowInvalid), unreadable
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            return [f"data.train_files {path}: cannot be read as parquet ({first[:160]})"]
+        paths = sorted(glob.glob(given)) if glob.has_magic(given) else [given]
+        if not paths:
+            return [f"data.train_files {given}: no file matches"]
+        for path in paths:
+            if path.endswith((".json", ".jsonl")):  # veRL reads these too: rows not counted here
+                return []
+            try:
+                rows += pq.ParquetFile(path).metadata.num_rows
+            except Exception as e:  # missing, not parquet (pyarrow's ArrowInvalid), unreadable
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                return [f"data.train_files {path}: cannot be read as parquet ({first[:160]})"]
+    cap = _get(cfg, "data.train_max_samples")
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+        rows = min(rows, cap)  # veRL keeps that many rows
     if rows < batch:
         return [
-            f"data.train_files hold {rows} row(s), fewer than data.train_batch_size={batch}: veRL drops a last "
-            f"partial batch, so the run would make no step; set data.train_batch_size={rows} or less, or write rows "
-            "of more tasks (python -m tau_env.reference_trainers.verl_data rl ENV OUT --tasks a synthesis run's file)"
+            f"data.train_files hold {rows} usable row(s) (data.train_max_samples counted), fewer than one batch of "
+            f"{batch} (data.gen_batch_size, else data.train_batch_size): veRL drops a last partial batch, so the run "
+            f"would make no step; set data.train_batch_size and actor_rollout_ref.actor.ppo_mini_batch_size to "
+            f"{rows} or less, or write rows of more tasks (python -m tau_env.reference_trainers.verl_data rl ENV OUT "
+            "--tasks a synthesis run's file)"
         ]
     return []
 
@@ -395,22 +407,27 @@ def agent_loop_file_problems(path: Any) -> list[str]:
     list, no ``tau_agent`` entry, or settings the loop refuses (a misspelt key, an unknown family or
     user kind), found now rather than when the workers start.
     """
-    import yaml
+    from omegaconf import OmegaConf
     from tau_env.reference_trainers.verl_agent_loop import LOOP_SETTINGS, _check_loop_settings
 
     where = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
     if not path:  # the loop as registered, with its defaults
         return []
-    try:
-        entries = yaml.safe_load(Path(str(path)).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+    try:  # as veRL's workers read it: OmegaConf (its YAML numbers, its ${...} interpolations resolved)
+        entries = OmegaConf.to_container(OmegaConf.load(str(path)), resolve=True)
+    except Exception as e:  # missing, unreadable, no YAML, an interpolation that does not resolve
         return [f"{where} {path}: cannot be read as YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
-    entry = next(
-        (e for e in entries if isinstance(e, dict) and e.get("name") == AGENT_LOOP),
-        None,
-    ) if isinstance(entries, list) else None  # fmt: skip
-    if entry is None:
+    ours = (
+        [e for e in entries if isinstance(e, dict) and e.get("name") == AGENT_LOOP] if isinstance(entries, list) else []
+    )
+    if not ours:
         return [f"{where} {path}: no entry named {AGENT_LOOP!r} (a YAML list of agent loops)"]
+    if len(ours) > 1:  # veRL keeps the last: a check of the first would pass what runs
+        return [f"{where} {path}: {len(ours)} entries named {AGENT_LOOP!r}; keep one"]
+    entry = ours[0]
+    target = "tau_env.reference_trainers.verl_agent_loop.TauAgentLoop"
+    if entry.get("_target_") != target:  # veRL builds the entry's _target_; without it, no loop at all
+        return [f"{where} {path}: the {AGENT_LOOP!r} entry's _target_ is {entry.get('_target_')!r}, not {target!r}"]
     settings = {k: v for k, v in entry.items() if k not in ("name", "_target_")}
     VALUE_SETTINGS = ("user_model", "max_new_tokens", "loop_limit", "user_temperature")  # noqa: N806
     unknown = sorted(k for k in settings if k not in LOOP_SETTINGS)
@@ -420,6 +437,7 @@ def agent_loop_file_problems(path: Any) -> list[str]:
             family=settings.get("family", "auto"),
             user=settings.get("user", "scripted"),
             **{k: settings[k] for k in VALUE_SETTINGS if k in settings},
+            **({} if "user_model" in settings else {"user_model": None}),  # the loop's default
         )
     except InvalidOptionError as e:
         return [f"{where} {path}: {e}"]

@@ -513,8 +513,10 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
 
     if args.jsonl is None and args.parquet is None:
         raise InvalidOptionError("export-sft needs an output: give --jsonl FILE and/or --parquet FILE.")
-    if args.jsonl is not None and args.parquet is not None and args.jsonl.absolute() == args.parquet.absolute():
-        raise InvalidOptionError(f"--jsonl and --parquet both name {args.jsonl}; give two files.")
+    if args.jsonl is not None and args.parquet is not None and _real(args.jsonl) == _real(args.parquet):
+        raise InvalidOptionError(  # however spelled: x/../out, a link to the other
+            f"--jsonl {args.jsonl} and --parquet {args.parquet} name one file; give two files."
+        )
     source = args.run / "trajectories.jsonl" if args.run.is_dir() else args.run
     folder = _results_folder_of(args.run, source)
     for flag, path in (("--jsonl", args.jsonl), ("--parquet", args.parquet)):
@@ -522,17 +524,19 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
             _usable(path, flag, "file")
             if _real(path) == _real(source) or (path.exists() and source.exists() and path.samefile(source)):
                 raise InvalidOptionError(f"{flag} {path} is the trajectory file being read; pass another path.")
-            if folder is not None and _real(path).is_relative_to(folder):
+            if folder is not None and _real(path).parent == folder:  # its files are a flat list; a subfolder is apart
                 raise InvalidOptionError(
-                    f"{flag} {path} is inside the results folder being read ({folder}), whose own files it could "
-                    "overwrite; pass a path outside it."
+                    f"{flag} {path} is in the results folder being read ({folder}), whose own files it could "
+                    "overwrite; pass a path outside it (or in a subfolder of it)."
                 )
 
     def skipped(n: int, why: str) -> None:
         _out(f"({args.run}: line {n} is {why}; skipped)", file=sys.stderr)
 
     # written under temporary names, then renamed: a failed export leaves the outputs as they were
-    temps = {p: p.with_name(f".{p.name}.tmp-{os.getpid()}") for p in (args.jsonl, args.parquet) if p is not None}
+    # (beside the file itself, its path resolved: "x/../out" names no temporary place when x does not exist)
+    real = {p: _real(p) for p in (args.jsonl, args.parquet) if p is not None}
+    temps = {p: r.with_name(f".{r.name}.tmp-{os.getpid()}") for p, r in real.items()}
     try:
         n = export(
             args.run,
@@ -549,7 +553,7 @@ def cmd_export_sft(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         for final, tmp in temps.items():
-            os.replace(tmp, final)
+            os.replace(tmp, real[final])
     finally:
         for tmp in temps.values():
             tmp.unlink(missing_ok=True)

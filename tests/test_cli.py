@@ -332,7 +332,22 @@ def test_export_sft_and_show_path_errors(capsys, tmp_path):
     _fails(capsys, ["export-sft", str(run), "--jsonl", str(tmp_path)], r".* is a folder; pass a file path")
     _fails(capsys, ["export-sft", str(run), "--parquet", str(tmp_path / "file" / "x")], r".* is a file, not a folder")
     _fails(capsys, ["export-sft", str(run)], r"export-sft needs an output")
-    _fails(capsys, ["export-sft", str(run), "--jsonl", "x", "--parquet", "./x"], r"--jsonl and --parquet both name x")
+    _fails(
+        capsys,
+        ["export-sft", str(run), "--jsonl", "x", "--parquet", "./x"],
+        r"--jsonl x and --parquet x name one file",
+    )
+    # through a folder that is not there, and through a link: the same file too (the parquet's bytes
+    # were written over the JSONL, or the link replaced)
+    _fails(capsys, ["export-sft", str(run), "--jsonl", "x", "--parquet", "nodir/../x"], r".* name one file")
+    assert not Path("x").exists()
+    (tmp_path / "alias.jsonl").symlink_to(tmp_path / "out2.jsonl")
+    out2, alias = str(tmp_path / "out2.jsonl"), str(tmp_path / "alias.jsonl")
+    _fails(capsys, ["export-sft", str(run), "--jsonl", out2, "--parquet", alias], r".* name one file")
+    assert not (tmp_path / "out2.jsonl").exists() and (tmp_path / "alias.jsonl").is_symlink()
+    # one output spelled through a folder that is not there is written where it resolves
+    assert main(["export-sft", str(run), "--jsonl", str(tmp_path / "nodir" / ".." / "one.jsonl")]) == 0
+    assert (tmp_path / "one.jsonl").is_file()
     traj = run / "trajectories.jsonl"
     before = traj.read_bytes()
     _fails(capsys, ["export-sft", str(run), "--jsonl", str(traj)], r".* is the trajectory file being read")
@@ -654,7 +669,7 @@ def test_export_sft_writes_nothing_into_the_results_folder_and_says_when_nothing
     config = (run / "config.json").read_text()
     for spelled in (run / "config.json", run / ".." / run.name / "config.json"):
         assert main(["export-sft", str(run), "--jsonl", str(spelled)]) == 2
-        assert "inside the results folder being read" in capsys.readouterr().err
+        assert "is in the results folder being read" in capsys.readouterr().err
     assert (run / "config.json").read_text() == config
     out = tmp_path / "sft.jsonl"
     assert main(["export-sft", str(run), "--jsonl", str(out)]) == 0 and out.read_text().strip()
@@ -681,18 +696,22 @@ def test_export_sft_writes_into_no_input_and_nowhere_in_its_results_folder_howev
     monkeypatch.chdir(tmp_path)
     sources = ["run", "run/trajectories.jsonl", "./run/../run/trajectories.jsonl", "runlink/trajectories.jsonl"]
     sources += ["trajlink.jsonl", str(run / "trajectories.jsonl")]
-    outputs = ["run/config.json", "run/metrics.json", "run/new.jsonl", "run/sub/x.jsonl", "runlink/c.json", "cfglink"]
+    outputs = ["run/config.json", "run/metrics.json", "run/new.jsonl", "runlink/c.json", "cfglink"]
     for source in sources:
         for flag in ("--jsonl", "--parquet"):
             for out in outputs:
-                _fails(capsys, ["export-sft", source, flag, out], r".* is inside the results folder being read \(")
+                _fails(capsys, ["export-sft", source, flag, out], r".* is in the results folder being read \(")
             _fails(capsys, ["export-sft", source, flag, "trajlink.jsonl"], r".* is the trajectory file being read")
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
     assert main(argv) == 0 and "nothing ran" in capsys.readouterr().out
     # a copy of the folder with its trajectories renamed is still a results folder (config.json beside it)
     shutil.copytree(run, "copy")
     os.rename("copy/trajectories.jsonl", "copy/kept.jsonl")
-    _fails(capsys, ["export-sft", "copy/kept.jsonl", "--jsonl", "copy/config.json"], r".* is inside the results")
+    _fails(capsys, ["export-sft", "copy/kept.jsonl", "--jsonl", "copy/config.json"], r".* is in the results")
+    # a subfolder of it is apart from its own files (a flat list): the export may go there
+    assert main(["export-sft", "run", "--jsonl", "run/sft/train.jsonl"]) == 0
+    assert Path("run/sft/train.jsonl").read_text().strip()
+    shutil.rmtree("run/sft")
     # a trajectories file outside a results folder: the output may go beside it
     os.mkdir("data")
     shutil.copy(run / "trajectories.jsonl", "data/episodes.jsonl")

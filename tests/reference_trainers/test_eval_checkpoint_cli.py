@@ -504,3 +504,19 @@ def test_results_are_never_written_into_the_checkpoint_or_a_model_folder(sft_run
     assert json.loads((other / "config.json").read_text())["model_type"]
     assert not (other / "trajectories.jsonl").exists()
     assert checkpoint_module.load_checkpoint(run).info["step"] == 1
+
+
+def test_an_out_beside_a_checkpoint_copied_out_of_its_run_is_fine(sft_run, tmp_path, capsys):
+    # any step-N's parent was taken for a run's checkpoints folder: an exported copy refused its neighbours
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    shutil.copytree(sft_run[0] / "checkpoints" / "step-000001", exported / "step-000001")
+    out = exported / "eval1"
+    code, err = _eval(capsys, "--agent-checkpoint", str(exported / "step-000001"), *ARGS, "--out", str(out))
+    assert code == 0, err
+    assert (out / "trajectories.jsonl").is_file()
+    # the copy itself stays refused
+    code, err = _eval(
+        capsys, "--agent-checkpoint", str(exported / "step-000001"), *ARGS, "--out", str(exported / "step-000001")
+    )
+    assert code == 2 and "is the checkpoint being read" in err

@@ -533,6 +533,18 @@ def test_the_start_up_check_reads_the_agent_loop_file(tmp_path, capsys):
     (tmp_path / "lots.yaml").write_text(good.replace("max_new_tokens: 1024", "max_new_tokens: lots"))
     (tmp_path / "zero.yaml").write_text(good.replace("max_new_tokens: 1024", "max_new_tokens: 0"))
     (tmp_path / "top_k.yaml").write_text(good + "  top_k: 5\n")
+    # veRL builds the entry's _target_ (none: a DictConfig, not a loop), keeps the last of two entries,
+    # and the loop's user_model defaults to None
+    cases[tmp_path / "no_target.yaml"] = "_target_ is None"
+    (tmp_path / "no_target.yaml").write_text("- name: tau_agent\n  family: qwen\n")
+    cases[tmp_path / "dup.yaml"] = "2 entries named 'tau_agent'"
+    (tmp_path / "dup.yaml").write_text(good + good.replace("family: auto", "family: llama"))
+    cases[tmp_path / "llm_no_key.yaml"] = "user 'llm' needs user_model"
+    (tmp_path / "llm_no_key.yaml").write_text(
+        "".join(x + "\n" for x in good.splitlines() if not x.strip().startswith("user_model")).replace(
+            "user: scripted", "user: llm"
+        )
+    )
     train = _rows(tmp_path / "rl.parquet")
     base = [
         "--config-dir", str(CONFIGS), "--config-name", "tau_grpo", "--", "actor_rollout_ref.model.path=/m",
@@ -542,8 +554,16 @@ def test_the_start_up_check_reads_the_agent_loop_file(tmp_path, capsys):
     assert vp.main([*base, f"{key}={CONFIGS / 'tau_agent_loop.yaml'}"]) == 0
     capsys.readouterr()
     for path, said in cases.items():
-        assert vp.main([*base, f"{key}={path}"]) == 2
+        assert vp.main([*base, f"{key}={path}"]) == 2, path
         assert said in capsys.readouterr().err
+    # read as veRL's workers read it (OmegaConf): its numbers and ${...} interpolations
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(
+        good.replace("user_temperature: 0.0", "user_temperature: 1e-1").replace(
+            "loop_limit: 5", "loop_limit: ${oc.decode:'7'}"
+        )
+    )
+    assert vp.main([*base, f"{key}={ok}"]) == 0, capsys.readouterr().err
 
 
 def test_the_start_up_check_counts_the_training_rows_and_runs_verls_own_validation(tmp_path, capsys):
@@ -557,7 +577,7 @@ def test_the_start_up_check_counts_the_training_rows_and_runs_verls_own_validati
     few = _rows(tmp_path / "few.parquet", 63)
     assert vp.main([*base, f"data.train_files={few}"]) == 2
     err = capsys.readouterr().err
-    assert "data.train_files hold 63 row(s), fewer than data.train_batch_size=64" in err
+    assert "data.train_files hold 63 usable row(s) (data.train_max_samples counted), fewer than one batch of 64" in err
     assert vp.main([*base, f"data.train_files={few}", "data.train_batch_size=63"]) == 2  # 63 x 8 on 8 GPUs: veRL
     assert "veRL's own validation" in capsys.readouterr().err
     assert (
@@ -575,6 +595,24 @@ def test_the_start_up_check_counts_the_training_rows_and_runs_verls_own_validati
     assert vp.main([*base, f"data.train_files={tmp_path / 'missing.parquet'}"]) == 2
     assert "cannot be read as parquet" in capsys.readouterr().err
     assert vp.main([*base, f"data.train_files={_rows(tmp_path / 'rl.parquet')}"]) == 0
+    # what veRL's loader draws: data.gen_batch_size when set, at most data.train_max_samples rows
+    rl = str(tmp_path / "rl.parquet")
+    assert vp.main([*base, f"data.train_files={rl}", "+data.gen_batch_size=128"]) == 2
+    assert "fewer than one batch of 128" in capsys.readouterr().err
+    assert vp.main([*base, f"data.train_files={rl}", "data.train_max_samples=10"]) == 2
+    assert "hold 10 usable row(s)" in capsys.readouterr().err
+    # files veRL reads another way: a glob of parquet shards (counted), JSONL (not counted here)
+    (tmp_path / "shards").mkdir()
+    for i in range(2):
+        _rows(tmp_path / "shards" / f"{i}.parquet", 32)
+    assert vp.main([*base, f"data.train_files='{tmp_path}/shards/*.parquet'"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert vp.main([*base, f"data.train_files='{tmp_path}/none/*.parquet'"]) == 2
+    assert "no file matches" in capsys.readouterr().err
+    (tmp_path / "rl.jsonl").write_text("{}\n")
+    assert vp.main([*base, f"data.train_files={tmp_path / 'rl.jsonl'}"]) == 0
+    capsys.readouterr()
+    assert vp.main([*base, f"data.train_files={rl}"]) == 0
     # the overlay passes veRL's own validation as the launch scripts compose it (micro-batches set)
     assert "config checked" in capsys.readouterr().out
     for unset in ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",):
