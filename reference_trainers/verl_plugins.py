@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -329,7 +330,9 @@ def _data_problems(cfg: Any) -> list[str]:
     for given in [files] if isinstance(files, str) else [str(f) for f in files]:
         if "://" in given:  # hdfs://, s3://: veRL copies them down itself
             return []
-        paths = sorted(glob.glob(given)) if glob.has_magic(given) else [given]
+        # a pattern, unless a file has that very name (a folder "run [1]" holds brackets, no pattern)
+        literal = not glob.has_magic(given) or os.path.exists(given)
+        paths = [given] if literal else sorted(glob.glob(given))
         if not paths:
             return [f"data.train_files {given}: no file matches"]
         for path in paths:
