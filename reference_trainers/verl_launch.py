@@ -4,7 +4,9 @@
 For ``ray job submit`` (``launch/grpo_ray_cluster.sh``): Ray runs a job's entrypoint through a
 shell after joining its words with quotes only around whitespace, so a Hydra override holding a
 quote, a comma or parentheses (``data.train_files='/data/run (1)/rl.parquet'``) would not arrive as
-written. Base64 holds no character a shell or Hydra reads.
+written. Base64 holds no character a shell or Hydra reads. ``@tau_env_configs`` in them becomes the
+config folder of the tau-env installed where the job runs, so it may be submitted from a machine
+whose checkout lies elsewhere.
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ def decode(text: str) -> list[str]:
     return args
 
 
+#: Stands, in the encoded arguments, for this package's config overlays as installed where the job
+#: runs (the head node), not where it was submitted from (a laptop's checkout).
+CONFIGS_MARK = "@tau_env_configs"
+
+
+def configs_dir() -> str:
+    """The config overlays (``tau_grpo.yaml``, ``tau_agent_loop.yaml``) of the installed package."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def resolve_marks(args: list[str]) -> list[str]:
+    """``args`` with :data:`CONFIGS_MARK` replaced by :func:`configs_dir`."""
+    return [a.replace(CONFIGS_MARK, configs_dir()) for a in args]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--encode"]:
@@ -41,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         sys.stderr.write(f"verl_launch: error: {argv[0][:40]!r} is not an encoded argument list ({e})\n")
         return 2
-    os.execvp(sys.executable, [sys.executable, "-m", "verl.trainer.main_ppo", *args])
+    os.execvp(sys.executable, [sys.executable, "-m", "verl.trainer.main_ppo", *resolve_marks(args)])
     return 0  # not reached
 
 

@@ -5,6 +5,8 @@ on veRL's base config, and the start-up check. Runs only where veRL is installed
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("verl")
@@ -448,9 +450,14 @@ def test_the_ray_launcher_gets_odd_paths_through_rays_shell(tmp_path):
     words = entry.read_text().splitlines()
     assert words[:2] == ["-m", "tau_env.reference_trainers.verl_launch"] and len(words) == 3
     args = verl_launch.decode(words[2])
-    assert args[:4] == ["--config-path", str(CONFIGS), "--config-name", "tau_grpo"]
+    # the configs of the tau-env where the job runs, not this checkout's path (a laptop's, submitting)
+    assert args[:4] == ["--config-path", "@tau_env_configs", "--config-name", "tau_grpo"]
+    args = verl_launch.resolve_marks(args)
+    assert args[1] == verl_launch.configs_dir() and Path(args[1]).resolve() == CONFIGS.resolve()
     parser = OverridesParser.create()
     values = {o.key_or_group: _as_config_holds(o.value()) for o in map(parser.parse_override, args[4:])}
+    loop = values["actor_rollout_ref.rollout.agent.agent_loop_config_path"]
+    assert Path(loop).resolve() == (CONFIGS / "tau_agent_loop.yaml").resolve()
     assert values["actor_rollout_ref.model.path"] == str(model)
     assert values["data.train_files"] == values["data.val_files"] == str(train)
 
