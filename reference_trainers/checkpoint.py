@@ -570,11 +570,11 @@ def _not_the_runs(out: Path, trainer: str, has_run: bool) -> list[str]:
     """
     from tau_env.reference_trainers.cpu_common import PLOT_MARK, MetricsLog
 
-    def log_is_ours(path: Path) -> bool:
+    def log_rows(path: Path) -> list[dict[str, Any]] | None:  # None: not a trainer's log
         try:
-            return path.is_file() and not path.is_symlink() and isinstance(MetricsLog.read(path), list)
+            return MetricsLog.read(path) if path.is_file() and not path.is_symlink() else None
         except (ResultsFolderError, OSError):
-            return False
+            return None
 
     found = []
     for name in dict.fromkeys(n for names in RUN_FILES.values() for n in names):
@@ -596,20 +596,33 @@ def _not_the_runs(out: Path, trainer: str, has_run: bool) -> list[str]:
                 ours = False
             if not ours:
                 found.append("latest (not a run's marker of its checkpoint)")
-        elif name.endswith(".jsonl"):
-            if not has_run and not log_is_ours(p):
+        elif name.endswith(".jsonl") and not has_run:
+            rows = log_rows(p)
+            marks = {r.get("trainer") for r in rows or ()} - {None, trainer}  # rows mark their trainer (older: none)
+            if rows is None:
                 found.append(f"{name} (not a trainer's log)")
-            elif not has_run and name == "metrics.jsonl":  # rows mark their trainer (an older log: none)
-                marks = {r.get("trainer") for r in MetricsLog.read(p)} - {None, trainer}
-                if marks:
-                    found.append(f"{name} (a {sorted(map(str, marks))[0]} run's log)")
-        elif name == "metrics.svg" and not has_run and not log_is_ours(out / "metrics.jsonl"):
+            elif marks:
+                found.append(f"{name} (a {sorted(map(str, marks))[0]} run's log)")
+        elif name == "metrics.svg" and not has_run and log_rows(out / "metrics.jsonl") is None:
             try:
                 ours = p.is_file() and not p.is_symlink() and PLOT_MARK in p.read_text(encoding="utf-8")[:2000]
             except (OSError, UnicodeDecodeError):
                 ours = False
             if not ours:
                 found.append("metrics.svg (not a trainer's plot)")
+    try:  # folders at the names a save writes (step-NNNNNN) that are not checkpoints: a save would meet them
+        entries = list((out / "checkpoints").iterdir()) if (out / "checkpoints").is_dir() else []
+    except OSError:
+        entries = []
+    taken = sorted(
+        p.name
+        for p in entries
+        if (m := STEP_NAME.fullmatch(p.name))
+        and p.name == f"step-{int(m.group(1)):06d}"
+        and (p.is_symlink() or not (p / INFO_FILE).is_file())
+    )
+    if taken:
+        found.append(f"checkpoints/{', '.join(taken[:3])}{' ...' if len(taken) > 3 else ''} (not checkpoints)")
     return found
 
 
@@ -775,19 +788,6 @@ def open_run_dir(out: str | Path, trainer: str, resume: bool = True) -> RunDir:
                 )
         others = _not_the_runs(out, trainer, found is not None or bool(run_checkpoints(out / "checkpoints")))
         _check_checkpoints_owner(out)
-        try:
-            entries = list((out / "checkpoints").iterdir()) if (out / "checkpoints").is_dir() else []
-        except OSError:
-            entries = []
-        taken = sorted(
-            p.name
-            for p in entries
-            if (m := STEP_NAME.fullmatch(p.name))
-            and p.name == f"step-{int(m.group(1)):06d}"  # a name a save writes
-            and (p.is_symlink() or not (p / INFO_FILE).is_file())
-        )
-        if taken:
-            others.append(f"checkpoints/{', '.join(taken[:3])}{' ...' if len(taken) > 3 else ''} (not checkpoints)")
         if others:
             raise ResultsFolderError(
                 f"{out} holds {', '.join(others)}: not this {trainer} run's, and a run there would "
